@@ -1,0 +1,4 @@
+// kvlab.configs: recipes and experiments written in C++, one file per paper or table.
+export module kvlab.configs;
+export import :baselines;
+export import :experiments;

@@ -1,0 +1,125 @@
+// The four component concepts. A type opts in with a tag (`using component_concept =
+// kvlab::quantizer_tag;`): matching the shape alone never makes a type a component.
+module;
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+export module kvlab.core:concepts;
+
+export namespace kvlab {
+
+struct quantizer_tag {};
+struct granularity_tag {};
+struct eviction_tag {};
+struct storage_tag {};
+
+template <class T, class Tag>
+concept opts_into = requires { typename T::component_concept; } && std::same_as<typename T::component_concept, Tag>;
+
+// How stored elements are turned back into floats.
+enum class element_format {
+  f32,     // raw IEEE binary32, no parameters
+  f16,     // raw IEEE binary16, no parameters
+  bf16,    // raw bfloat16, no parameters
+  codebook // value = scale * levels[code] + zero, codes of 1..8 bits
+};
+
+// Precision in which scales and zeros are stored.
+enum class param_precision { f16, f32 };
+
+// Parameters shared by one group of elements. Codebook formats decode as
+// scale * levels[code] + zero.
+struct group_params {
+  float scale = 1.0f;
+  float zero = 0.0f;
+  bool operator==(const group_params &) const = default;
+};
+
+// Quantizer: an element codec plus the rule that fits its parameters to one group.
+//   bits()             code width in bits (exactly what storage packs per element)
+//   params_per_group() 0 (none), 1 (scale) or 2 (scale and zero point)
+//   format(), levels() how codes decode; levels() has 2^bits entries for codebooks
+//   fit(group)         parameters for a group of values
+//   encode(x, params)  code of one value under (already stored, rounded) parameters
+//   decode(code, params) the reference decoder; fused kernels must agree with it
+template <class Q>
+concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> &&
+                    requires(const Q q, std::span<const float> group, float x, std::uint32_t code, group_params p) {
+                      { q.name() } -> std::convertible_to<std::string>;
+                      { q.bits() } -> std::same_as<unsigned>;
+                      { q.params_per_group() } -> std::same_as<unsigned>;
+                      { q.format() } -> std::same_as<element_format>;
+                      { q.levels() } -> std::same_as<std::span<const float>>;
+                      { q.fit(group) } -> std::same_as<group_params>;
+                      { q.encode(x, p) } -> std::same_as<std::uint32_t>;
+                      { q.decode(code, p) } -> std::same_as<float>;
+                    };
+
+// The elements of one (layer, KV head) stream that share parameters: `tokens` consecutive
+// tokens times `channels` consecutive channels. Per-token groups have tokens == 1 and are
+// complete as soon as their token arrives; per-channel groups (tokens > 1) complete only
+// when `tokens` tokens have arrived.
+struct group_shape {
+  std::size_t tokens = 1;
+  std::size_t channels = 0;
+  bool operator==(const group_shape &) const = default;
+};
+
+// Granularity: which elements share parameters.
+//   group_shape(head_dim) the shape of one group; throws kvlab::error if the granularity
+//                         does not fit head_dim (no silent truncation)
+template <class G>
+concept Granularity = opts_into<G, granularity_tag> && std::copyable<G> && requires(const G g, std::size_t head_dim) {
+  { g.name() } -> std::convertible_to<std::string>;
+  { g.group_shape(head_dim) } -> std::same_as<kvlab::group_shape>;
+};
+
+// Index of the parameter group holding (token, channel) inside a block of
+// shape.tokens tokens: groups are numbered token-group-major, then by channel group.
+inline std::size_t param_index(const group_shape &shape, std::size_t head_dim, std::size_t token,
+                               std::size_t channel) noexcept {
+  return (token / shape.tokens) * (head_dim / shape.channels) + channel / shape.channels;
+}
+
+// What an eviction policy sees of one (layer, KV head) stream when it is asked for victims.
+struct eviction_view {
+  std::size_t layer = 0;
+  std::size_t kv_head = 0;
+  std::size_t tokens_seen = 0;                   // tokens ever appended to the stream
+  std::span<const std::size_t> positions;        // position of each held token, ascending
+  std::span<const double> accumulated_attention; // per held token, summed over steps
+};
+
+// Eviction: names the held tokens to drop (indices into view.positions, ascending).
+template <class E>
+concept Eviction = opts_into<E, eviction_tag> && std::copyable<E> && requires(const E e, const eviction_view &view) {
+  { e.name() } -> std::convertible_to<std::string>;
+  { e.victims(view) } -> std::same_as<std::vector<std::size_t>>;
+};
+
+// Fixed-size records (one per stored block of tokens) for one stream. Implementations
+// decide the memory layout; bytes_reserved() is everything they hold, padding included.
+class record_store {
+public:
+  virtual ~record_store() = default;
+  virtual void append(std::span<const std::uint8_t> record) = 0;
+  virtual std::span<const std::uint8_t> record(std::size_t index) const = 0;
+  virtual std::size_t size() const noexcept = 0;
+  virtual std::size_t record_bytes() const noexcept = 0;
+  virtual std::size_t bytes_reserved() const noexcept = 0;
+  // Removes the records at `sorted_indices` (ascending, unique), keeping the order of the rest.
+  virtual void erase(std::span<const std::size_t> sorted_indices) = 0;
+};
+
+// Storage: makes the record store of one stream.
+template <class S>
+concept Storage = opts_into<S, storage_tag> && std::copyable<S> && requires(const S s, std::size_t record_bytes) {
+  { s.name() } -> std::convertible_to<std::string>;
+  { s.make_store(record_bytes) } -> std::same_as<std::unique_ptr<record_store>>;
+};
+
+} // namespace kvlab

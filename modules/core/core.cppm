@@ -1,0 +1,10 @@
+// kvlab.core: tensor views, errors, the four component concepts, the strategy registry and
+// the recipe type. Everything else in kvlab builds on these names.
+export module kvlab.core;
+export import :errors;
+export import :numeric;
+export import :tensor;
+export import :concepts;
+export import :erased;
+export import :registry;
+export import :recipe;

@@ -1,0 +1,137 @@
+// Type-erased handles over the four concepts, so recipes chosen at run time (command line,
+// sweeps) reach every strategy. Statically composed pipelines use the concrete types.
+module;
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+export module kvlab.core:erased;
+import :concepts;
+
+export namespace kvlab {
+
+class any_quantizer {
+public:
+  template <Quantizer Q>
+  explicit any_quantizer(Q quantizer) : self_(std::make_shared<model<Q>>(std::move(quantizer))) {}
+
+  std::string name() const { return self_->name(); }
+  unsigned bits() const { return self_->bits(); }
+  unsigned params_per_group() const { return self_->params_per_group(); }
+  element_format format() const { return self_->format(); }
+  std::span<const float> levels() const { return self_->levels(); }
+  group_params fit(std::span<const float> group) const { return self_->fit(group); }
+  // codes[i] = encode(values[i], params) for every i.
+  void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const {
+    self_->encode(values, params, codes);
+  }
+  float decode(std::uint32_t code, group_params params) const { return self_->decode(code, params); }
+
+private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual unsigned bits() const = 0;
+    virtual unsigned params_per_group() const = 0;
+    virtual element_format format() const = 0;
+    virtual std::span<const float> levels() const = 0;
+    virtual group_params fit(std::span<const float>) const = 0;
+    virtual void encode(std::span<const float>, group_params, std::span<std::uint32_t>) const = 0;
+    virtual float decode(std::uint32_t, group_params) const = 0;
+  };
+  template <class Q>
+  struct model final : concept_t {
+    explicit model(Q q) : q(std::move(q)) {}
+    std::string name() const override { return q.name(); }
+    unsigned bits() const override { return q.bits(); }
+    unsigned params_per_group() const override { return q.params_per_group(); }
+    element_format format() const override { return q.format(); }
+    std::span<const float> levels() const override { return q.levels(); }
+    group_params fit(std::span<const float> group) const override { return q.fit(group); }
+    void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const override {
+      for (std::size_t i = 0; i < values.size(); ++i) codes[i] = q.encode(values[i], params);
+    }
+    float decode(std::uint32_t code, group_params params) const override { return q.decode(code, params); }
+    Q q;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+class any_granularity {
+public:
+  template <Granularity G>
+  explicit any_granularity(G granularity) : self_(std::make_shared<model<G>>(std::move(granularity))) {}
+
+  std::string name() const { return self_->name(); }
+  kvlab::group_shape group_shape(std::size_t head_dim) const { return self_->group_shape(head_dim); }
+
+private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual kvlab::group_shape group_shape(std::size_t) const = 0;
+  };
+  template <class G>
+  struct model final : concept_t {
+    explicit model(G g) : g(std::move(g)) {}
+    std::string name() const override { return g.name(); }
+    kvlab::group_shape group_shape(std::size_t head_dim) const override { return g.group_shape(head_dim); }
+    G g;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+class any_eviction {
+public:
+  template <Eviction E>
+  explicit any_eviction(E eviction) : self_(std::make_shared<model<E>>(std::move(eviction))) {}
+
+  std::string name() const { return self_->name(); }
+  std::vector<std::size_t> victims(const eviction_view &view) const { return self_->victims(view); }
+
+private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual std::vector<std::size_t> victims(const eviction_view &) const = 0;
+  };
+  template <class E>
+  struct model final : concept_t {
+    explicit model(E e) : e(std::move(e)) {}
+    std::string name() const override { return e.name(); }
+    std::vector<std::size_t> victims(const eviction_view &view) const override { return e.victims(view); }
+    E e;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+class any_storage {
+public:
+  template <Storage S>
+  explicit any_storage(S storage) : self_(std::make_shared<model<S>>(std::move(storage))) {}
+
+  std::string name() const { return self_->name(); }
+  std::unique_ptr<record_store> make_store(std::size_t record_bytes) const { return self_->make_store(record_bytes); }
+
+private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual std::unique_ptr<record_store> make_store(std::size_t) const = 0;
+  };
+  template <class S>
+  struct model final : concept_t {
+    explicit model(S s) : s(std::move(s)) {}
+    std::string name() const override { return s.name(); }
+    std::unique_ptr<record_store> make_store(std::size_t record_bytes) const override {
+      return s.make_store(record_bytes);
+    }
+    S s;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+} // namespace kvlab

@@ -1,0 +1,239 @@
+// The strategy registry: every strategy file registers its names here (through the
+// generated module kvlab.registry_builtin), and every lookup by name goes through it, so
+// names, usage lines and factories live in exactly one place: the strategy's own file.
+module;
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <variant>
+#include <vector>
+export module kvlab.core:registry;
+import :errors;
+import :numeric;
+import :erased;
+
+export namespace kvlab {
+
+enum class component_kind { quantizer, granularity, eviction, storage };
+
+inline std::string kind_name(component_kind kind) {
+  switch (kind) {
+  case component_kind::quantizer: return "quantizer";
+  case component_kind::granularity: return "granularity";
+  case component_kind::eviction: return "eviction";
+  case component_kind::storage: return "storage";
+  }
+  return "component";
+}
+
+// A component as written in a recipe: `name` or `name(arg, arg, ...)`; arguments may
+// themselves be terms (`rht(lloyd3)`).
+struct term {
+  std::string name;
+  std::vector<std::string> args;
+
+  std::string text() const {
+    if (args.empty()) return name;
+    std::string out = name + "(";
+    for (std::size_t i = 0; i < args.size(); ++i) out += (i ? "," : "") + args[i];
+    return out + ")";
+  }
+};
+
+// Splits `text` at commas that are not inside parentheses.
+inline std::vector<std::string> split_top_level(std::string_view text, std::string_view what) {
+  std::vector<std::string> parts;
+  int depth = 0;
+  std::string current;
+  for (const char c : text) {
+    if (c == '(') ++depth;
+    if (c == ')' && --depth < 0) throw error(std::string(what) + ": unbalanced ')' in '" + std::string(text) + "'");
+    if (c == ',' && depth == 0) {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  if (depth != 0) throw error(std::string(what) + ": missing ')' in '" + std::string(text) + "'");
+  parts.push_back(current);
+  return parts;
+}
+
+// Parses `name(args)` ignoring blanks; `what` says where the text came from, for errors.
+inline term parse_term(std::string_view text, std::string_view what) {
+  std::string compact;
+  for (const char c : text)
+    if (c != ' ' && c != '\t') compact += c;
+  const auto open = compact.find('(');
+  term parsed;
+  parsed.name = compact.substr(0, open);
+  if (parsed.name.empty()) throw error(std::string(what) + ": empty name in '" + std::string(text) + "'");
+  for (const char c : parsed.name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+      throw error(std::string(what) + ": '" + parsed.name + "' is not a valid name (letters, digits, '_')");
+  if (open == std::string::npos) return parsed;
+  if (compact.back() != ')') throw error(std::string(what) + ": '" + std::string(text) + "' must end with ')'");
+  const std::string inside = compact.substr(open + 1, compact.size() - open - 2);
+  if (inside.empty()) return parsed; // `name()` is `name`: every argument at its default
+  parsed.args = split_top_level(inside, what);
+  for (const auto &arg : parsed.args)
+    if (arg.empty()) throw error(std::string(what) + ": empty argument in '" + std::string(text) + "'");
+  return parsed;
+}
+
+class registry;
+
+// What a factory receives: the numeric suffix of a family name (`int8` -> 8), the
+// arguments, and the registry (for adaptors that wrap another component).
+struct strategy_args {
+  std::string text;              // the whole term, for error messages
+  std::optional<unsigned> width; // numeric suffix of a family name
+  std::vector<std::string> args;
+  const registry *components = nullptr;
+
+  void expect_arguments(std::size_t count, std::string_view usage) const {
+    if (args.size() != count)
+      throw error("'" + text + "' takes " + std::to_string(count) + " argument" + (count == 1 ? "" : "s") +
+                  " (usage: " + std::string(usage) + ")");
+  }
+  template <class T>
+  T number(std::size_t index, std::string_view meaning) const {
+    return parse_number<T>(args.at(index), "'" + text + "', " + std::string(meaning));
+  }
+};
+
+// One name (or family of names) a strategy file registers.
+struct strategy_info {
+  component_kind kind = component_kind::quantizer;
+  std::string name;    // exact name, or the prefix of a family (`int` for int<b>)
+  std::string usage;   // how to write it: "int<b>, b = 2..8", "group(G)"
+  std::string summary; // one line: what it is
+  std::string paper;   // reference (arXiv id and section), "-" for plain formats
+  unsigned min_width = 0;
+  unsigned max_width = 0; // > 0: a family whose names end in a number in [min, max]
+  // Concrete names the generic tests and benchmarks instantiate; when empty: the name
+  // itself, or every width of a family.
+  std::vector<std::string> examples;
+
+  bool is_family() const noexcept { return max_width > 0; }
+};
+
+class registry {
+public:
+  using quantizer_factory = std::function<any_quantizer(const strategy_args &)>;
+  using granularity_factory = std::function<any_granularity(const strategy_args &)>;
+  using eviction_factory = std::function<any_eviction(const strategy_args &)>;
+  using storage_factory = std::function<any_storage(const strategy_args &)>;
+
+  void add(strategy_info info, quantizer_factory make) {
+    insert(std::move(info), component_kind::quantizer, std::move(make));
+  }
+  void add(strategy_info info, granularity_factory make) {
+    insert(std::move(info), component_kind::granularity, std::move(make));
+  }
+  void add(strategy_info info, eviction_factory make) {
+    insert(std::move(info), component_kind::eviction, std::move(make));
+  }
+  void add(strategy_info info, storage_factory make) {
+    insert(std::move(info), component_kind::storage, std::move(make));
+  }
+
+  any_quantizer make_quantizer(std::string_view text) const {
+    return make<any_quantizer>(component_kind::quantizer, text);
+  }
+  any_granularity make_granularity(std::string_view text) const {
+    return make<any_granularity>(component_kind::granularity, text);
+  }
+  any_eviction make_eviction(std::string_view text) const { return make<any_eviction>(component_kind::eviction, text); }
+  any_storage make_storage(std::string_view text) const { return make<any_storage>(component_kind::storage, text); }
+
+  // Every registered name, ordered by kind then name.
+  std::vector<strategy_info> list() const {
+    std::vector<strategy_info> infos;
+    for (const auto &entry : entries_) infos.push_back(entry.info);
+    std::ranges::sort(infos, {}, [](const strategy_info &i) { return std::tie(i.kind, i.name); });
+    return infos;
+  }
+
+  // "f32, f16, int<b> (b = 2..8), ..." for error messages.
+  std::string allowed(component_kind kind) const {
+    std::string out;
+    for (const auto &info : list())
+      if (info.kind == kind) out += (out.empty() ? "" : ", ") + info.usage;
+    return out;
+  }
+
+  // Concrete names covering every entry of a kind (see strategy_info::examples).
+  // Conformance tests iterate this, so a new strategy file is covered with no test edit.
+  std::vector<std::string> instances(component_kind kind) const {
+    std::vector<std::string> names;
+    for (const auto &info : list()) {
+      if (info.kind != kind) continue;
+      if (!info.examples.empty()) {
+        names.insert(names.end(), info.examples.begin(), info.examples.end());
+      } else if (info.is_family()) {
+        for (unsigned w = info.min_width; w <= info.max_width; ++w) names.push_back(info.name + std::to_string(w));
+      } else {
+        names.push_back(info.name);
+      }
+    }
+    return names;
+  }
+
+private:
+  using factory = std::variant<quantizer_factory, granularity_factory, eviction_factory, storage_factory>;
+  struct entry {
+    strategy_info info;
+    factory make;
+  };
+
+  void insert(strategy_info info, component_kind kind, factory make) {
+    info.kind = kind;
+    for (const auto &existing : entries_)
+      if (existing.info.kind == kind && existing.info.name == info.name)
+        throw error(kind_name(kind) + " '" + info.name + "' is registered twice");
+    entries_.push_back({std::move(info), std::move(make)});
+  }
+
+  template <class Handle>
+  Handle make(component_kind kind, std::string_view text) const {
+    const term parsed = parse_term(text, kind_name(kind) + " '" + std::string(text) + "'");
+    strategy_args args{parsed.text(), std::nullopt, parsed.args, this};
+    for (const auto &entry : entries_)
+      if (entry.info.kind == kind && !entry.info.is_family() && entry.info.name == parsed.name)
+        return call<Handle>(entry, args);
+    // A family name: prefix followed by a number (int8 -> int, 8).
+    const auto digits = parsed.name.find_last_not_of("0123456789") + 1;
+    if (digits < parsed.name.size()) {
+      const std::string prefix = parsed.name.substr(0, digits);
+      for (const auto &entry : entries_) {
+        if (entry.info.kind != kind || !entry.info.is_family() || entry.info.name != prefix) continue;
+        const auto width =
+            parse_number<unsigned>(parsed.name.substr(digits), kind_name(kind) + " '" + parsed.name + "'");
+        if (width < entry.info.min_width || width > entry.info.max_width)
+          throw error(kind_name(kind) + " '" + parsed.name + "': width " + std::to_string(width) + " is outside " +
+                      std::to_string(entry.info.min_width) + ".." + std::to_string(entry.info.max_width) +
+                      " (usage: " + entry.info.usage + ")");
+        args.width = width;
+        return call<Handle>(entry, args);
+      }
+    }
+    throw error("unknown " + kind_name(kind) + " '" + parsed.text() + "'; allowed: " + allowed(kind));
+  }
+
+  template <class Handle>
+  static Handle call(const entry &e, const strategy_args &args) {
+    using factory_type = std::function<Handle(const strategy_args &)>;
+    return std::get<factory_type>(e.make)(args);
+  }
+
+  std::vector<entry> entries_;
+};
+
+} // namespace kvlab

@@ -1,0 +1,9 @@
+// AVX-512 (F, BW, DQ, VL) kernels (compiled with those -m flags only in this file).
+#include "kernels_simd.hpp"
+
+namespace kvlab::kernels {
+const kernel_table &avx512_kernels() noexcept {
+  static constexpr kernel_table table = simd::kernels<xsimd::avx512bw>::table(isa::avx512);
+  return table;
+}
+} // namespace kvlab::kernels

@@ -1,0 +1,115 @@
+// kvlab.report: rendering results for people (aligned text and Markdown tables) and for
+// programs (JSON).
+module;
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+export module kvlab.report;
+import kvlab.core;
+
+export namespace kvlab {
+
+inline std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+        out += escaped;
+      } else {
+        out += c;
+      }
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest round-trip text; JSON has no NaN or Inf, so those become null.
+inline std::string json_number(double value) { return std::isfinite(value) ? format_number(value) : "null"; }
+
+// A flat JSON object, fields in insertion order.
+class json_object {
+public:
+  json_object &add(std::string_view key, double value) { return raw(key, json_number(value)); }
+  json_object &add(std::string_view key, std::size_t value) { return raw(key, std::to_string(value)); }
+  json_object &add(std::string_view key, std::string_view value) { return raw(key, json_string(value)); }
+  json_object &add(std::string_view key, const char *value) { return raw(key, json_string(value)); }
+  json_object &raw(std::string_view key, std::string json) {
+    fields_.emplace_back(std::string(key), std::move(json));
+    return *this;
+  }
+  std::string str(int indent = 2) const {
+    const std::string pad(static_cast<std::size_t>(indent), ' ');
+    std::string out = "{";
+    for (std::size_t i = 0; i < fields_.size(); ++i)
+      out += (i ? "," : "") + std::string(indent ? "\n" : "") + pad + json_string(fields_[i].first) + ": " +
+             fields_[i].second;
+    return out + (indent && !fields_.empty() ? "\n}" : "}");
+  }
+
+private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+// A table of text cells; numeric columns are right-aligned when rendered.
+struct text_table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+
+  std::string markdown() const {
+    const auto widths = column_widths();
+    std::string out = line(header, widths) + "|";
+    for (std::size_t c = 0; c < header.size(); ++c) out += std::string(widths[c] + 1, '-') + (numeric(c) ? ":|" : "-|");
+    out += "\n";
+    for (const auto &row : rows) out += line(row, widths);
+    return out;
+  }
+
+private:
+  bool numeric(std::size_t column) const {
+    return !rows.empty() && std::ranges::all_of(rows, [&](const auto &row) {
+      double value;
+      const auto &cell = row[column];
+      const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
+      return ec == std::errc{} && ptr == cell.data() + cell.size();
+    });
+  }
+  std::vector<std::size_t> column_widths() const {
+    std::vector<std::size_t> widths(header.size());
+    for (std::size_t c = 0; c < header.size(); ++c) {
+      widths[c] = header[c].size();
+      for (const auto &row : rows) widths[c] = std::max(widths[c], row[c].size());
+    }
+    return widths;
+  }
+  std::string line(const std::vector<std::string> &cells, const std::vector<std::size_t> &widths) const {
+    std::string out = "|";
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const std::string fill(widths[c] - cells[c].size(), ' ');
+      out += " " + (numeric(c) ? fill + cells[c] : cells[c] + fill) + " |";
+    }
+    return out + "\n";
+  }
+};
+
+// Fixed significant digits for tables (JSON keeps full precision).
+inline std::string format_significant(double value, int digits = 4) {
+  if (!std::isfinite(value)) return std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+  return buffer;
+}
+
+} // namespace kvlab

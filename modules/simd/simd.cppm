@@ -1,0 +1,55 @@
+// kvlab.simd: picks the kernel table once (the best ISA this CPU runs, or KVLAB_ISA to force
+// one) and hands it to callers, who then call through it per block, never per element.
+module;
+#include "kernels.hpp"
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+export module kvlab.simd;
+import kvlab.core;
+
+export namespace kvlab {
+
+using kernels::isa;
+using kernels::isa_name;
+using kernels::kernel_table;
+
+inline bool cpu_supports(isa instruction_set) noexcept { return kernels::cpu_supports(instruction_set); }
+
+// The kernel table of one ISA; throws if this CPU cannot run it.
+inline const kernel_table &kernels_for(isa instruction_set) {
+  if (!kernels::cpu_supports(instruction_set))
+    throw error("this CPU cannot run the " + std::string(isa_name(instruction_set)) + " kernels");
+  switch (instruction_set) {
+  case isa::avx512: return kernels::avx512_kernels();
+  case isa::avx2: return kernels::avx2_kernels();
+  case isa::scalar: break;
+  }
+  return kernels::scalar_kernels();
+}
+
+inline isa parse_isa(std::string_view name) {
+  for (const isa candidate : {isa::scalar, isa::avx2, isa::avx512})
+    if (name == isa_name(candidate)) return candidate;
+  throw error("unknown instruction set '" + std::string(name) + "'; allowed: scalar, avx2, avx512");
+}
+
+// Best ISA of this CPU, unless the environment variable KVLAB_ISA names one.
+inline const kernel_table &active_kernels() {
+  static const kernel_table &table = [&]() -> const kernel_table & {
+    if (const char *forced = std::getenv("KVLAB_ISA"); forced && *forced) {
+      try {
+        return kernels_for(parse_isa(forced));
+      } catch (const error &e) {
+        throw error(std::string("KVLAB_ISA: ") + e.what());
+      }
+    }
+    for (const isa candidate : {isa::avx512, isa::avx2})
+      if (kernels::cpu_supports(candidate)) return kernels_for(candidate);
+    return kernels::scalar_kernels();
+  }();
+  return table;
+}
+
+} // namespace kvlab

@@ -1,0 +1,24 @@
+// none: keep every token (no eviction).
+// Paper: - (the full-cache baseline every eviction paper compares against)
+module;
+#include <cstddef>
+#include <string>
+#include <vector>
+export module kvlab.strategies.none;
+import kvlab.core;
+
+export namespace kvlab::strategies::none {
+
+struct keep_all {
+  using component_concept = eviction_tag;
+  std::string name() const { return "none"; }
+  std::vector<std::size_t> victims(const eviction_view &) const { return {}; }
+};
+static_assert(Eviction<keep_all>);
+
+inline void register_into(registry &components) {
+  components.add({.name = "none", .usage = "none", .summary = "keep every token", .paper = "-"},
+                 registry::eviction_factory([](const strategy_args &) { return any_eviction(keep_all{}); }));
+}
+
+} // namespace kvlab::strategies::none

@@ -1,0 +1,62 @@
+// Data specs: the Gaussian generator and every kind of bad spec.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <string>
+import kvlab;
+
+namespace {
+
+std::string load_error(const std::string &spec) {
+  try {
+    kvlab::load_data(spec);
+  } catch (const kvlab::error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(data)
+
+BOOST_AUTO_TEST_CASE(gaussian_has_the_requested_shape_and_unit_variance) {
+  const auto d = kvlab::load_data("synthetic:gaussian(L=3,H=2,Q=6,T=500,D=64,seed=4)");
+  BOOST_TEST((d.keys.shape() == kvlab::kv_shape{3, 2, 500, 64}));
+  BOOST_TEST((d.values.shape() == kvlab::kv_shape{3, 2, 500, 64}));
+  BOOST_TEST((d.queries.shape() == kvlab::kv_shape{3, 6, 500, 64}));
+  double sum = 0, squares = 0;
+  for (const float x : d.keys.values()) {
+    sum += x;
+    squares += double{x} * x;
+  }
+  const double n = static_cast<double>(d.keys.values().size());
+  BOOST_TEST(std::fabs(sum / n) < 0.01);
+  BOOST_TEST(std::fabs(squares / n - 1.0) < 0.02);
+}
+
+BOOST_AUTO_TEST_CASE(gaussian_is_reproducible_per_seed) {
+  const auto a = kvlab::load_data("synthetic:gaussian(T=16,seed=2)");
+  const auto b = kvlab::load_data("synthetic:gaussian(T=16,seed=2)");
+  const auto c = kvlab::load_data("synthetic:gaussian(T=16,seed=3)");
+  BOOST_TEST(std::ranges::equal(a.keys.values(), b.keys.values()));
+  BOOST_TEST(!std::ranges::equal(a.keys.values(), c.keys.values()));
+  BOOST_TEST(!std::ranges::equal(a.keys.values(), a.values.values())); // tensors differ too
+}
+
+BOOST_AUTO_TEST_CASE(bad_specs_name_the_problem) {
+  BOOST_TEST(load_error("gaussian").find("expected source:arguments") != std::string::npos);
+  BOOST_TEST(load_error("real:gaussian()").find("unknown source 'real'; allowed: synthetic") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:uniform()").find("unknown synthetic generator 'uniform'") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(X=1)").find("unknown parameter 'X'; allowed: D (default 128)") !=
+             std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(T=1)").find("T = 1 must be a whole number >= 2") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(D=2.5)").find("D = 2.5 must be a whole number") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(H=0)").find("H = 0 must be a whole number >= 1") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(T=4,T=5)").find("'T' is given twice") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(L)").find("'L' is not key=value") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(H=4,Q=6)").find("not a multiple of H = 4") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(L=1000,T=1000000)").find("the limit is 16384 MiB") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

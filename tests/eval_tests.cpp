@@ -1,0 +1,108 @@
+// The fidelity protocol end to end: exact attention, compressed attention, metrics, bytes.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+import kvlab;
+
+namespace {
+
+const kvlab::registry &components() { return kvlab::builtin_registry(); }
+
+kvlab::eval_result run(const std::string &recipe, const std::string &data, std::size_t steps = 32) {
+  return kvlab::evaluate(kvlab::parse_recipe(recipe, components()), kvlab::load_data(data), components(),
+                         {.decode_steps = steps});
+}
+
+const std::string gaussian = "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)";
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(evaluation)
+
+BOOST_AUTO_TEST_CASE(exact_attention_of_identical_keys_is_the_mean_value) {
+  const std::size_t head_dim = 2;
+  const std::vector<float> query{1, 2}, keys{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f}, values{1, 0, 0, 1, 2, 2};
+  std::vector<double> out(head_dim);
+  kvlab::exact_decode_attention(query, keys, values, head_dim, out);
+  BOOST_TEST(out[0] == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(out[1] == 1.0, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(int8_per_token_meets_the_fidelity_bar_and_counts_its_bytes) {
+  const auto r = run("k=int8@token,v=int8@token", gaussian);
+  BOOST_TEST(r.attn_rel_l2.mean < 0.02);
+  BOOST_TEST(r.attn_cosine.mean > 0.999);
+  // 2 layers x 2 KV heads x (keys, values) x (128 one-byte codes + one fp16 scale).
+  BOOST_TEST(r.bytes_per_token == 2.0 * 2 * 2 * (128 + 2));
+  BOOST_TEST(r.cache_bytes == std::size_t{1024} * 2 * 2 * 2 * (128 + 2));
+  BOOST_TEST(r.attn_rel_l2.count == 2u * 8 * 32); // layers x query heads x steps
+}
+
+BOOST_AUTO_TEST_CASE(f32_cache_matches_the_double_reference) {
+  const auto r = run("k=f32@token,v=f32@token", gaussian);
+  BOOST_TEST(r.attn_rel_l2.mean < 1e-6);
+  BOOST_TEST(r.bytes_per_token == 2.0 * 2 * 2 * 128 * 4);
+}
+
+BOOST_AUTO_TEST_CASE(fewer_bits_cost_fidelity_and_save_bytes) {
+  const auto data = "synthetic:gaussian(L=1,H=2,Q=4,T=256,D=64,seed=3)";
+  const auto f16 = run("k=f16@token,v=f16@token", data);
+  const auto int8 = run("k=int8@group(32),v=int8@group(32)", data);
+  const auto int4 = run("k=int4@group(32),v=int4@group(32)", data);
+  BOOST_TEST(f16.attn_rel_l2.mean < int8.attn_rel_l2.mean);
+  BOOST_TEST(int8.attn_rel_l2.mean < int4.attn_rel_l2.mean);
+  BOOST_TEST(int4.attn_rel_l2.mean < 0.2);
+  // Per stream and token: f16 128 bytes; int8 64 + 2 scales; int4 32 + 2 scales.
+  BOOST_TEST(f16.bytes_per_token == 2.0 * 2 * 128);
+  BOOST_TEST(int8.bytes_per_token == 2.0 * 2 * (64 + 4));
+  BOOST_TEST(int4.bytes_per_token == 2.0 * 2 * (32 + 4));
+}
+
+BOOST_AUTO_TEST_CASE(same_seed_gives_bit_identical_results) {
+  const auto a = run("k=int4@group(32),v=int8@token", "synthetic:gaussian(T=200,seed=9)", 8);
+  const auto b = run("k=int4@group(32),v=int8@token", "synthetic:gaussian(T=200,seed=9)", 8);
+  const auto c = run("k=int4@group(32),v=int8@token", "synthetic:gaussian(T=200,seed=10)", 8);
+  BOOST_TEST(kvlab::to_json(a) == kvlab::to_json(b));
+  BOOST_TEST(a.attn_rel_l2.mean != c.attn_rel_l2.mean);
+}
+
+BOOST_AUTO_TEST_CASE(protocol_rejects_bad_step_counts_and_unsupported_tiers) {
+  const auto data = kvlab::load_data("synthetic:gaussian(T=16)");
+  const auto recipe = kvlab::parse_recipe("k=int8@token", components());
+  BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, components(), {.decode_steps = 16}), kvlab::error);
+  BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, components(), {.decode_steps = 0}), kvlab::error);
+  const auto windowed = kvlab::parse_recipe("k=int8@token,residual=4", components());
+  BOOST_CHECK_THROW(kvlab::evaluate(windowed, data, components(), {.decode_steps = 4}), kvlab::error);
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_kv_data_is_reported_with_its_position) {
+  auto data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=2,T=8,D=4)");
+  data.values.row(1, 0, 5)[3] = NAN;
+  try {
+    kvlab::evaluate(kvlab::parse_recipe("k=f16@token", components()), data, components(), {.decode_steps = 2});
+    BOOST_FAIL("NaN was accepted");
+  } catch (const kvlab::error &e) {
+    BOOST_TEST(std::string(e.what()).find(
+                   "values holds a non-finite value (nan) at layer 1, head 0, token 5, channel 3") != std::string::npos,
+               e.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(metrics_have_their_textbook_values) {
+  const std::vector<float> approx{1, 0};
+  const std::vector<double> exact{1, 1};
+  BOOST_TEST(kvlab::relative_l2(approx, exact) == std::sqrt(0.5), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(kvlab::cosine_similarity(approx, exact) == std::sqrt(0.5), boost::test_tools::tolerance(1e-12));
+  std::vector<double> samples;
+  for (int i = 1; i <= 100; ++i) samples.push_back(i);
+  const auto s = kvlab::summarize(samples);
+  BOOST_TEST(s.mean == 50.5);
+  BOOST_TEST(s.p50 == 50.0);
+  BOOST_TEST(s.p99 == 99.0);
+  BOOST_TEST(s.max == 100.0);
+  BOOST_TEST(s.min == 1.0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
