@@ -13,7 +13,7 @@ struct named_recipe {
   std::string reference;
 };
 
-inline const std::vector<named_recipe> &baselines() {
+inline const std::vector<named_recipe>& baselines() {
   static const std::vector<named_recipe> all = {
       {"f32", {.keys = {.quantizer = "f32"}, .values = {.quantizer = "f32"}}, "lossless reference"},
       {"fp16", {.keys = {.quantizer = "f16"}, .values = {.quantizer = "f16"}}, "inference engines' default cache"},

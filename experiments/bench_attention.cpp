@@ -13,7 +13,7 @@ import kvlab;
 namespace {
 
 // Reads a buffer far larger than the last-level cache: the machine's read bandwidth.
-void memory_read(benchmark::State &state) {
+void memory_read(benchmark::State& state) {
   std::vector<float> buffer(std::size_t{256} << 20 >> 2, 1.0f);
   for (auto _ : state) {
     float sum = 0.0f;
@@ -25,14 +25,14 @@ void memory_read(benchmark::State &state) {
 }
 
 // One layer, one KV head, `tokens` tokens, head_dim 128, a GQA group of 4 query heads.
-void decode_attention(benchmark::State &state, std::string recipe_text, kvlab::isa isa) {
-  const auto &components = kvlab::builtin_registry();
+void decode_attention(benchmark::State& state, std::string recipe_text, kvlab::isa isa) {
+  const auto& components = kvlab::builtin_registry();
   const std::size_t tokens = static_cast<std::size_t>(state.range(0)), head_dim = 128, group = 4;
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=4,T=" + std::to_string(tokens) + ",D=128,seed=1)");
   kvlab::kv_cache cache(kvlab::parse_recipe(recipe_text, components), components, 1, 1, head_dim);
   for (std::size_t t = 0; t < tokens; ++t) cache.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
   std::vector<float> queries(group * head_dim, 0.1f), out(group * head_dim);
-  const auto &kernels = kvlab::kernels_for(isa);
+  const auto& kernels = kvlab::kernels_for(isa);
   for (auto _ : state) {
     kvlab::decode_attention(cache, 0, queries, out, kernels);
     benchmark::DoNotOptimize(out.data());
@@ -45,12 +45,12 @@ void decode_attention(benchmark::State &state, std::string recipe_text, kvlab::i
 
 } // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("memory_read/256MiB", memory_read)->Unit(benchmark::kMillisecond);
-  const auto &components = kvlab::builtin_registry();
+  const auto& components = kvlab::builtin_registry();
   for (const auto isa : {kvlab::isa::scalar, kvlab::isa::avx2, kvlab::isa::avx512}) {
     if (!kvlab::cpu_supports(isa)) continue;
-    for (const auto &q : components.instances(kvlab::component_kind::quantizer)) {
+    for (const auto& q : components.instances(kvlab::component_kind::quantizer)) {
       for (const std::string granularity : {"token", "group(32)"}) {
         const std::string recipe = "k=" + q + "@" + granularity + ",v=" + q + "@" + granularity;
         benchmark::RegisterBenchmark(("decode_attention/" + std::string(kvlab::isa_name(isa)) + "/" + recipe).c_str(),

@@ -27,9 +27,9 @@ struct float16 {
 };
 static_assert(Quantizer<float16>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add({.name = "f16", .usage = "f16", .summary = "IEEE binary16 (saturating)", .paper = "-"},
-                 registry::quantizer_factory([](const strategy_args &) { return any_quantizer(float16{}); }));
+                 registry::quantizer_factory([](const strategy_args&) { return any_quantizer(float16{}); }));
 }
 
 } // namespace kvlab::strategies::f16

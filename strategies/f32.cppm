@@ -23,9 +23,9 @@ struct float32 {
 };
 static_assert(Quantizer<float32>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add({.name = "f32", .usage = "f32", .summary = "IEEE binary32, lossless", .paper = "-"},
-                 registry::quantizer_factory([](const strategy_args &) { return any_quantizer(float32{}); }));
+                 registry::quantizer_factory([](const strategy_args&) { return any_quantizer(float32{}); }));
 }
 
 } // namespace kvlab::strategies::f32

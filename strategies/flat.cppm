@@ -26,6 +26,9 @@ public:
   std::span<const std::uint8_t> record(std::size_t index) const override {
     return std::span(bytes_).subspan(index * record_bytes_, record_bytes_);
   }
+  std::span<const std::uint8_t> run(std::size_t first) const override {
+    return std::span(bytes_).subspan(first * record_bytes_);
+  }
   std::size_t size() const noexcept override { return bytes_.size() / record_bytes_; }
   std::size_t record_bytes() const noexcept override { return record_bytes_; }
   std::size_t bytes_reserved() const noexcept override { return bytes_.size(); }
@@ -62,9 +65,9 @@ struct flat_storage {
 };
 static_assert(Storage<flat_storage>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add({.name = "flat", .usage = "flat", .summary = "one contiguous buffer per stream", .paper = "-"},
-                 registry::storage_factory([](const strategy_args &) { return any_storage(flat_storage{}); }));
+                 registry::storage_factory([](const strategy_args&) { return any_storage(flat_storage{}); }));
 }
 
 } // namespace kvlab::strategies::flat

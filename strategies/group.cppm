@@ -23,13 +23,13 @@ struct channel_group {
 };
 static_assert(Granularity<channel_group>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add({.name = "group",
                   .usage = "group(G)",
                   .summary = "G consecutive channels of one token",
                   .paper = "arXiv 2206.01861 sec. 3",
                   .examples = {"group(32)", "group(64)"}},
-                 registry::granularity_factory([](const strategy_args &args) {
+                 registry::granularity_factory([](const strategy_args& args) {
                    args.expect_arguments(1, "group(G)");
                    const auto size = args.number<std::size_t>(0, "group size G");
                    if (size == 0) throw error("'" + args.text + "': group size must be positive");

@@ -32,10 +32,12 @@ public:
   element_format format() const { return element_format::codebook; }
   std::span<const float> levels() const { return std::span(levels_).first(std::size_t{1} << bits_); }
 
+  encoding_rule encoding() const {
+    return {.kind = encoding_kind::uniform, .offset = max_code_, .max_code = 2u * static_cast<unsigned>(max_code_)};
+  }
+
   group_params fit(std::span<const float> group) const {
-    float absmax = 0.0f;
-    for (const float x : group) absmax = std::max(absmax, std::fabs(x));
-    return {.scale = absmax / static_cast<float>(max_code_), .zero = 0.0f};
+    return {.scale = absmax(group) / static_cast<float>(max_code_), .zero = 0.0f};
   }
   std::uint32_t encode(float x, group_params params) const {
     if (params.scale == 0.0f) return static_cast<std::uint32_t>(max_code_); // all-zero group
@@ -52,7 +54,7 @@ private:
 };
 static_assert(Quantizer<symmetric_int>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add(
       {.name = "int",
        .usage = "int<b> (b = 2..8)",
@@ -60,7 +62,7 @@ inline void register_into(registry &components) {
        .paper = "arXiv 1712.05877 sec. 2",
        .min_width = 2,
        .max_width = 8},
-      registry::quantizer_factory([](const strategy_args &args) { return any_quantizer(symmetric_int{*args.width}); }));
+      registry::quantizer_factory([](const strategy_args& args) { return any_quantizer(symmetric_int{*args.width}); }));
 }
 
 } // namespace kvlab::strategies::int_symmetric

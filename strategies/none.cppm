@@ -12,13 +12,13 @@ export namespace kvlab::strategies::none {
 struct keep_all {
   using component_concept = eviction_tag;
   std::string name() const { return "none"; }
-  std::vector<std::size_t> victims(const eviction_view &) const { return {}; }
+  std::vector<std::size_t> victims(const eviction_view&) const { return {}; }
 };
 static_assert(Eviction<keep_all>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add({.name = "none", .usage = "none", .summary = "keep every token", .paper = "-"},
-                 registry::eviction_factory([](const strategy_args &) { return any_eviction(keep_all{}); }));
+                 registry::eviction_factory([](const strategy_args&) { return any_eviction(keep_all{}); }));
 }
 
 } // namespace kvlab::strategies::none

@@ -15,12 +15,12 @@ struct per_token {
 };
 static_assert(Granularity<per_token>);
 
-inline void register_into(registry &components) {
+inline void register_into(registry& components) {
   components.add({.name = "token",
                   .usage = "token",
                   .summary = "one group per token (all of head_dim)",
                   .paper = "arXiv 2206.01861 sec. 3"},
-                 registry::granularity_factory([](const strategy_args &) { return any_granularity(per_token{}); }));
+                 registry::granularity_factory([](const strategy_args&) { return any_granularity(per_token{}); }));
 }
 
 } // namespace kvlab::strategies::token

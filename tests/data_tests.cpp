@@ -7,10 +7,10 @@ import kvlab;
 
 namespace {
 
-std::string load_error(const std::string &spec) {
+std::string load_error(const std::string& spec) {
   try {
     kvlab::load_data(spec);
-  } catch (const kvlab::error &e) {
+  } catch (const kvlab::error& e) {
     return e.what();
   }
   return "";

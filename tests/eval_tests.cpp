@@ -8,9 +8,9 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry &components() { return kvlab::builtin_registry(); }
+const kvlab::registry& components() { return kvlab::builtin_registry(); }
 
-kvlab::eval_result run(const std::string &recipe, const std::string &data, std::size_t steps = 32) {
+kvlab::eval_result run(const std::string& recipe, const std::string& data, std::size_t steps = 32) {
   return kvlab::evaluate(kvlab::parse_recipe(recipe, components()), kvlab::load_data(data), components(),
                          {.decode_steps = steps});
 }
@@ -83,7 +83,7 @@ BOOST_AUTO_TEST_CASE(non_finite_kv_data_is_reported_with_its_position) {
   try {
     kvlab::evaluate(kvlab::parse_recipe("k=f16@token", components()), data, components(), {.decode_steps = 2});
     BOOST_FAIL("NaN was accepted");
-  } catch (const kvlab::error &e) {
+  } catch (const kvlab::error& e) {
     BOOST_TEST(std::string(e.what()).find(
                    "values holds a non-finite value (nan) at layer 1, head 0, token 5, channel 3") != std::string::npos,
                e.what());

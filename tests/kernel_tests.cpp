@@ -2,6 +2,7 @@
 // code width, misaligned rows and groups starting mid-byte.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,12 +28,12 @@ struct random_bytes {
   kvlab::random_stream random{7, 11};
   std::vector<std::uint8_t> operator()(std::size_t n) {
     std::vector<std::uint8_t> out(n);
-    for (auto &b : out) b = static_cast<std::uint8_t>(random.next());
+    for (auto& b : out) b = static_cast<std::uint8_t>(random.next());
     return out;
   }
   std::vector<float> floats(std::size_t n) {
     std::vector<float> out(n);
-    for (auto &x : out) x = static_cast<float>(random.normal());
+    for (auto& x : out) x = static_cast<float>(random.normal());
     return out;
   }
 };
@@ -42,10 +43,10 @@ struct random_bytes {
 BOOST_AUTO_TEST_SUITE(kernels)
 
 BOOST_AUTO_TEST_CASE(simd_code_kernels_match_scalar_reference) {
-  const auto &scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;
   for (const auto isa : simd_isas()) {
-    const auto &simd = kvlab::kernels_for(isa);
+    const auto& simd = kvlab::kernels_for(isa);
     for (unsigned bits = 1; bits <= 8; ++bits) {
       const auto levels = random.floats(std::size_t{1} << bits);
       for (const std::size_t n : {1u, 7u, 15u, 16u, 17u, 31u, 33u, 64u, 100u, 129u}) {
@@ -69,11 +70,174 @@ BOOST_AUTO_TEST_CASE(simd_code_kernels_match_scalar_reference) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(simd_float_row_kernels_match_scalar_on_misaligned_rows) {
-  const auto &scalar = kvlab::kernels_for(kvlab::isa::scalar);
+BOOST_AUTO_TEST_CASE(simd_raw_code_decode_and_statistics_kernels_match_scalar_reference) {
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;
   for (const auto isa : simd_isas()) {
-    const auto &simd = kvlab::kernels_for(isa);
+    const auto& simd = kvlab::kernels_for(isa);
+    for (unsigned bits = 1; bits <= 8; ++bits) {
+      const auto levels = random.floats(std::size_t{1} << bits);
+      for (const std::size_t n : {1u, 7u, 16u, 17u, 33u, 100u, 129u}) {
+        for (const std::size_t first : {0u, 1u, 2u, 32u}) {
+          BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << " bits " << bits << " n " << n << " first " << first) {
+            const auto packed = random((first + n) * bits / 8 + 2);
+            const auto query = random.floats(n);
+            float magnitude = 0.0f;
+            for (std::size_t i = 0; i < n; ++i) magnitude += std::fabs(query[i]) * 256.0f;
+            check_close(simd.dot_raw_codes(query.data(), packed.data(), first, n, bits),
+                        scalar.dot_raw_codes(query.data(), packed.data(), first, n, bits), magnitude);
+            auto acc_simd = random.floats(n);
+            auto acc_scalar = acc_simd;
+            simd.axpy_raw_codes(0.37f, packed.data(), first, n, bits, acc_simd.data());
+            scalar.axpy_raw_codes(0.37f, packed.data(), first, n, bits, acc_scalar.data());
+            for (std::size_t i = 0; i < n; ++i) check_close(acc_simd[i], acc_scalar[i], 256.0f);
+            std::vector<float> out_simd(n), out_scalar(n);
+            simd.decode_codes(packed.data(), first, n, bits, levels.data(), 0.5f, -0.25f, out_simd.data());
+            scalar.decode_codes(packed.data(), first, n, bits, levels.data(), 0.5f, -0.25f, out_scalar.data());
+            for (std::size_t i = 0; i < n; ++i) check_close(out_simd[i], out_scalar[i], 4.0f);
+          }
+        }
+      }
+    }
+    for (const std::size_t n : {1u, 3u, 15u, 16u, 17u, 64u, 129u}) {
+      const auto x = random.floats(n + 1);
+      // Statistics are exact: the same value whatever the order of evaluation.
+      BOOST_TEST(simd.absmax(x.data() + 1, n) == scalar.absmax(x.data() + 1, n));
+      float lo_simd, hi_simd, lo_scalar, hi_scalar;
+      simd.min_max(x.data() + 1, n, &lo_simd, &hi_simd);
+      scalar.min_max(x.data() + 1, n, &lo_scalar, &hi_scalar);
+      BOOST_TEST(lo_simd == lo_scalar);
+      BOOST_TEST(hi_simd == hi_scalar);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  random_bytes random;
+  const float thresholds[] = {-1.5f, -0.9f, -0.4f, -0.1f, 0.0f, 0.2f, 0.7f, 1.3f, 2.0f};
+  for (const auto isa : simd_isas()) {
+    const auto& simd = kvlab::kernels_for(isa);
+    for (unsigned bits = 1; bits <= 8; ++bits) {
+      for (const std::size_t n : {1u, 8u, 15u, 16u, 17u, 32u, 100u, 128u}) {
+        for (const std::size_t first : {0u, 1u, 2u, 32u}) {
+          BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << " bits " << bits << " n " << n << " first " << first) {
+            auto x = random.floats(n);
+            x[0] = 0.75f; // (0.75 - 0.5) / 0.5 = 0.5 exactly: a tie, rounded to even
+            const unsigned max_code = (1u << bits) - 1u;
+            const int offset = static_cast<int>(max_code / 2);
+            for (const float scale : {0.5f, 0.037f, 0.0f}) {
+              // Bytes outside [first, first + n) must survive: start both from the same noise.
+              auto packed_simd = random((first + n) * bits / 8 + 2);
+              auto packed_scalar = packed_simd;
+              simd.encode_uniform(x.data(), n, scale, 0.5f, offset, max_code, bits, packed_simd.data(), first);
+              scalar.encode_uniform(x.data(), n, scale, 0.5f, offset, max_code, bits, packed_scalar.data(), first);
+              BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
+              const unsigned count = std::min<unsigned>(max_code, 9);
+              simd.encode_nearest(x.data(), n, scale, -0.05f, thresholds, count, bits, packed_simd.data(), first);
+              scalar.encode_nearest(x.data(), n, scale, -0.05f, thresholds, count, bits, packed_scalar.data(), first);
+              BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
+  using kvlab::element_kind;
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  random_bytes random;
+  for (const auto isa : simd_isas()) {
+    const auto& simd = kvlab::kernels_for(isa);
+    for (const auto kind : {element_kind::f32, element_kind::f16, element_kind::bf16, element_kind::affine_codes,
+                            element_kind::table_codes}) {
+      const bool coded = kind == element_kind::affine_codes || kind == element_kind::table_codes;
+      for (const unsigned bits : coded ? std::vector<unsigned>{2, 4, 8} : std::vector<unsigned>{32}) {
+        for (const std::size_t head_dim : {24u, 64u, 128u}) {
+          for (const std::size_t group :
+               coded ? std::vector<std::size_t>{8, 16, 32, head_dim} : std::vector{head_dim}) {
+            if (head_dim % group != 0) continue;
+            for (const unsigned params : coded ? std::vector<unsigned>{1, 2} : std::vector<unsigned>{0}) {
+              for (const bool params_f32 : {false, true}) {
+                const auto levels = random.floats(std::size_t{1} << std::min(bits, 8u));
+                kvlab::record_format f{.kind = kind,
+                                       .head_dim = head_dim,
+                                       .group_channels = group,
+                                       .bits = kind == element_kind::f32 ? 32u
+                                               : coded                   ? bits
+                                                                         : 16u,
+                                       .params_per_group = params,
+                                       .params_f32 = params_f32,
+                                       .offset = 3.0f,
+                                       .levels = levels.data()};
+                f.record_bytes = f.code_bytes() + f.groups() * params * (params_f32 ? 4 : 2) + 3; // odd stride
+                for (const std::size_t count : {1u, 7u, 16u, 17u, 40u}) {
+                  BOOST_TEST_CONTEXT(kvlab::isa_name(isa)
+                                     << " kind " << static_cast<int>(kind) << " bits " << bits << " head_dim "
+                                     << head_dim << " group " << group << " params " << params
+                                     << (params_f32 ? " f32" : " f16") << " count " << count) {
+                    // Records of random codes with sane parameters (finite floats everywhere).
+                    std::vector<std::uint8_t> records(count * f.record_bytes + 1);
+                    std::vector<float> raw = random.floats(head_dim);
+                    for (std::size_t t = 0; t < count; ++t) {
+                      std::uint8_t* record = records.data() + 1 + t * f.record_bytes; // misaligned
+                      const auto codes = random(f.code_bytes());
+                      std::memcpy(record, codes.data(), codes.size());
+                      for (std::size_t c = 0; c < head_dim && !coded; ++c) {
+                        const float x = raw[c] * static_cast<float>(t + 1);
+                        const std::uint16_t h = kvlab::float_to_half_bits(x), b = kvlab::float_to_bf16_bits(x);
+                        if (kind == element_kind::f32) std::memcpy(record + 4 * c, &x, 4);
+                        if (kind == element_kind::f16) std::memcpy(record + 2 * c, &h, 2);
+                        if (kind == element_kind::bf16) std::memcpy(record + 2 * c, &b, 2);
+                      }
+                      for (std::size_t p = 0; p < f.groups() * params; ++p) {
+                        const float value = 0.01f * static_cast<float>(p % 7 + 1);
+                        const std::uint16_t h = kvlab::float_to_half_bits(value);
+                        std::uint8_t* at = record + f.code_bytes() + p * (params_f32 ? 4 : 2);
+                        if (params_f32)
+                          std::memcpy(at, &value, 4);
+                        else
+                          std::memcpy(at, &h, 2);
+                      }
+                    }
+                    const auto query = random.floats(head_dim);
+                    std::vector<float> sums(f.groups(), 0.0f);
+                    for (std::size_t c = 0; c < head_dim; ++c) sums[c / group] += query[c];
+                    std::vector<float> scores_simd(count), scores_scalar(count);
+                    simd.dot_records(f, query.data(), sums.data(), records.data() + 1, count, scores_simd.data());
+                    scalar.dot_records(f, query.data(), sums.data(), records.data() + 1, count, scores_scalar.data());
+                    for (std::size_t t = 0; t < count; ++t)
+                      check_close(scores_simd[t], scores_scalar[t], 300.0f * static_cast<float>(t + 1));
+                    const auto weights = random.floats(count);
+                    auto acc_simd = random.floats(head_dim);
+                    auto acc_scalar = acc_simd;
+                    std::vector<float> constants_simd(f.groups(), 0.5f), constants_scalar(f.groups(), 0.5f);
+                    simd.axpy_records(f, weights.data(), records.data() + 1, count, acc_simd.data(),
+                                      constants_simd.data());
+                    scalar.axpy_records(f, weights.data(), records.data() + 1, count, acc_scalar.data(),
+                                        constants_scalar.data());
+                    for (std::size_t c = 0; c < head_dim; ++c)
+                      check_close(acc_simd[c], acc_scalar[c], 300.0f * static_cast<float>(count));
+                    for (std::size_t g = 0; g < f.groups(); ++g)
+                      check_close(constants_simd[g], constants_scalar[g], 10.0f);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(simd_float_row_kernels_match_scalar_on_misaligned_rows) {
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  random_bytes random;
+  for (const auto isa : simd_isas()) {
+    const auto& simd = kvlab::kernels_for(isa);
     for (const std::size_t n : {1u, 5u, 8u, 15u, 16u, 17u, 63u, 128u, 131u}) {
       for (const std::size_t misalign : {0u, 1u, 2u, 3u}) {
         // Rows hold valid, finite values of each format at an odd byte offset.
@@ -89,9 +253,9 @@ BOOST_AUTO_TEST_CASE(simd_float_row_kernels_match_scalar_on_misaligned_rows) {
         float magnitude = 0.0f;
         for (std::size_t i = 0; i < n; ++i) magnitude += std::fabs(query[i] * values[i]);
         BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << " n " << n << " misaligned by " << misalign) {
-          const std::uint8_t *rows[] = {f32.data() + misalign, f16.data() + misalign, bf16.data() + misalign};
-          using dot_fn = float (*)(const float *, const std::uint8_t *, std::size_t);
-          using axpy_fn = void (*)(float, const std::uint8_t *, std::size_t, float *);
+          const std::uint8_t* rows[] = {f32.data() + misalign, f16.data() + misalign, bf16.data() + misalign};
+          using dot_fn = float (*)(const float*, const std::uint8_t*, std::size_t);
+          using axpy_fn = void (*)(float, const std::uint8_t*, std::size_t, float*);
           const dot_fn simd_dots[] = {simd.dot_f32, simd.dot_f16, simd.dot_bf16};
           const dot_fn scalar_dots[] = {scalar.dot_f32, scalar.dot_f16, scalar.dot_bf16};
           const axpy_fn simd_axpys[] = {simd.axpy_f32, simd.axpy_f16, simd.axpy_bf16};

@@ -6,26 +6,26 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry &components() { return kvlab::builtin_registry(); }
+const kvlab::registry& components() { return kvlab::builtin_registry(); }
 
 // The message of the kvlab::error that parsing `text` throws ("" if none).
-std::string parse_error(const std::string &text) {
+std::string parse_error(const std::string& text) {
   try {
     kvlab::parse_recipe(text, components());
-  } catch (const kvlab::error &e) {
+  } catch (const kvlab::error& e) {
     return e.what();
   }
   return "";
 }
 
-bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(recipes)
 
 BOOST_AUTO_TEST_CASE(every_baseline_round_trips_through_its_canonical_name) {
-  for (const auto &baseline : kvlab::configs::baselines()) {
+  for (const auto& baseline : kvlab::configs::baselines()) {
     BOOST_TEST_CONTEXT(baseline.label) {
       const auto name = kvlab::canonical_name(baseline.value);
       const auto parsed = kvlab::parse_recipe(name, components());
@@ -60,9 +60,13 @@ BOOST_AUTO_TEST_CASE(omitted_streams_default_to_f16_per_token) {
 BOOST_AUTO_TEST_CASE(unknown_names_say_where_and_what_is_allowed) {
   const auto quantizer = parse_error("k=int8@token,v=q4@token");
   BOOST_TEST(contains(quantizer, "recipe part 'v=q4@token'"), quantizer);
-  BOOST_TEST(contains(quantizer, "unknown quantizer 'q4'; allowed: f16, f32, int<b> (b = 2..8)"), quantizer);
+  BOOST_TEST(
+      contains(quantizer,
+               "unknown quantizer 'q4'; allowed: bf16, f16, f32, fp8_e4m3, fp8_e4m3fnuz, fp8_e5m2, int<b> (b = 2..8)"),
+      quantizer);
   const auto granularity = parse_error("k=int8@row");
-  BOOST_TEST(contains(granularity, "unknown granularity 'row'; allowed: group(G), token"), granularity);
+  BOOST_TEST(contains(granularity, "unknown granularity 'row'; allowed: channel(G), group(G), tensor, token"),
+             granularity);
   const auto eviction = parse_error("k=int8@token,evict=h9o");
   BOOST_TEST(contains(eviction, "unknown eviction 'h9o'; allowed: none"), eviction);
   const auto storage = parse_error("k=int8@token,store=ring");
@@ -87,7 +91,7 @@ BOOST_AUTO_TEST_CASE(malformed_parts_are_rejected_with_their_position) {
 BOOST_AUTO_TEST_CASE(registry_rejects_a_name_registered_twice) {
   kvlab::registry r;
   const auto make = kvlab::registry::eviction_factory(
-      [](const kvlab::strategy_args &) { return kvlab::builtin_registry().make_eviction("none"); });
+      [](const kvlab::strategy_args&) { return kvlab::builtin_registry().make_eviction("none"); });
   r.add({.name = "twice", .usage = "twice"}, make);
   BOOST_CHECK_THROW(r.add({.name = "twice", .usage = "twice"}, make), kvlab::error);
 }

@@ -46,7 +46,7 @@ struct untagged_granularity {
 };
 struct untagged_eviction {
   std::string name() const { return "e"; }
-  std::vector<std::size_t> victims(const eviction_view &) const { return {}; }
+  std::vector<std::size_t> victims(const eviction_view&) const { return {}; }
 };
 struct untagged_storage {
   std::string name() const { return "s"; }

@@ -29,7 +29,7 @@ inline void exact_decode_attention(std::span<const float> query, std::span<const
     max_score = std::max(max_score, scores[t]);
   }
   double total = 0.0;
-  for (auto &s : scores) total += (s = std::exp(s - max_score));
+  for (auto& s : scores) total += (s = std::exp(s - max_score));
   std::ranges::fill(out, 0.0);
   for (std::size_t t = 0; t < tokens; ++t) {
     const double p = scores[t] / total;
@@ -39,8 +39,8 @@ inline void exact_decode_attention(std::span<const float> query, std::span<const
 
 // Decode attention of every query head of `layer` over the compressed cache.
 // queries and out are q_heads x head_dim; query head h reads KV head h / (q_heads / kv_heads).
-inline void decode_attention(const kv_cache &cache, std::size_t layer, std::span<const float> queries,
-                             std::span<float> out, const kernel_table &kernels) {
+inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
+                             std::span<float> out, const kernel_table& kernels) {
   const std::size_t head_dim = cache.head_dim();
   const std::size_t q_heads = queries.size() / head_dim;
   if (q_heads == 0 || q_heads % cache.kv_heads() != 0 || queries.size() % head_dim != 0)
@@ -51,16 +51,16 @@ inline void decode_attention(const kv_cache &cache, std::size_t layer, std::span
   std::vector<float> scores;
   std::vector<float> scaled_query(head_dim);
   for (std::size_t h = 0; h < q_heads; ++h) {
-    const auto &keys = cache.keys(layer, h / group);
-    const auto &values = cache.values(layer, h / group);
+    const auto& keys = cache.keys(layer, h / group);
+    const auto& values = cache.values(layer, h / group);
     scores.resize(keys.tokens());
     // Fold the softmax temperature into the query once instead of into every score.
     for (std::size_t c = 0; c < head_dim; ++c) scaled_query[c] = queries[h * head_dim + c] * scale;
     keys.dot_all(kernels, scaled_query, scores);
     const float max_score = *std::ranges::max_element(scores);
     float total = 0.0f;
-    for (auto &s : scores) total += (s = std::exp(s - max_score));
-    for (auto &s : scores) s /= total;
+    for (auto& s : scores) total += (s = std::exp(s - max_score));
+    for (auto& s : scores) s /= total;
     auto head_out = out.subspan(h * head_dim, head_dim);
     std::ranges::fill(head_out, 0.0f);
     values.axpy_all(kernels, scores, head_out);

@@ -1,6 +1,7 @@
 // The four component concepts. A type opts in with a tag (`using component_concept =
 // kvlab::quantizer_tag;`): matching the shape alone never makes a type a component.
 module;
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +10,9 @@ module;
 #include <string>
 #include <vector>
 export module kvlab.core:concepts;
+import :codebook;
+import :errors;
+import :numeric;
 
 export namespace kvlab {
 
@@ -36,8 +40,19 @@ enum class param_precision { f16, f32 };
 struct group_params {
   float scale = 1.0f;
   float zero = 0.0f;
-  bool operator==(const group_params &) const = default;
+  bool operator==(const group_params&) const = default;
 };
+
+// Parameters exactly as storage holds them (rounded to fp16 unless f32 is asked for):
+// codes are chosen against what decoding will see. A value fp16 cannot hold is an error.
+inline group_params stored_params(group_params fitted, param_precision precision, const std::string& quantizer) {
+  if (precision == param_precision::f32) return fitted;
+  const group_params rounded{round_to_half(fitted.scale), round_to_half(fitted.zero)};
+  if (!std::isfinite(rounded.scale) || !std::isfinite(rounded.zero))
+    throw error(quantizer + ": group scale " + std::to_string(fitted.scale) + " or zero " +
+                std::to_string(fitted.zero) + " exceeds the fp16 range; use scale=f32 in the recipe");
+  return rounded;
+}
 
 // Quantizer: an element codec plus the rule that fits its parameters to one group.
 //   bits()             code width in bits (exactly what storage packs per element)
@@ -59,6 +74,21 @@ concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> &&
                       { q.decode(code, p) } -> std::same_as<float>;
                     };
 
+// Optional parts of a Quantizer.
+//   encoding()          an encoding_rule, so kernels encode whole groups (else encode() per element)
+//   rotate(v)/unrotate(v) an orthogonal transform of each token vector applied before fitting
+//                       (adaptors such as rht); attention then rotates the query instead of
+//                       decoding keys, and un-rotates the value sum once
+template <class Q>
+concept has_encoding_rule = requires(const Q q) {
+  { q.encoding() } -> std::same_as<encoding_rule>;
+};
+template <class Q>
+concept rotates_tokens = requires(const Q q, std::span<float> v) {
+  q.rotate(v);
+  q.unrotate(v);
+};
+
 // The elements of one (layer, KV head) stream that share parameters: `tokens` consecutive
 // tokens times `channels` consecutive channels. Per-token groups have tokens == 1 and are
 // complete as soon as their token arrives; per-channel groups (tokens > 1) complete only
@@ -66,7 +96,7 @@ concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> &&
 struct group_shape {
   std::size_t tokens = 1;
   std::size_t channels = 0;
-  bool operator==(const group_shape &) const = default;
+  bool operator==(const group_shape&) const = default;
 };
 
 // Granularity: which elements share parameters.
@@ -80,7 +110,7 @@ concept Granularity = opts_into<G, granularity_tag> && std::copyable<G> && requi
 
 // Index of the parameter group holding (token, channel) inside a block of
 // shape.tokens tokens: groups are numbered token-group-major, then by channel group.
-inline std::size_t param_index(const group_shape &shape, std::size_t head_dim, std::size_t token,
+inline std::size_t param_index(const group_shape& shape, std::size_t head_dim, std::size_t token,
                                std::size_t channel) noexcept {
   return (token / shape.tokens) * (head_dim / shape.channels) + channel / shape.channels;
 }
@@ -96,7 +126,7 @@ struct eviction_view {
 
 // Eviction: names the held tokens to drop (indices into view.positions, ascending).
 template <class E>
-concept Eviction = opts_into<E, eviction_tag> && std::copyable<E> && requires(const E e, const eviction_view &view) {
+concept Eviction = opts_into<E, eviction_tag> && std::copyable<E> && requires(const E e, const eviction_view& view) {
   { e.name() } -> std::convertible_to<std::string>;
   { e.victims(view) } -> std::same_as<std::vector<std::size_t>>;
 };
@@ -108,6 +138,9 @@ public:
   virtual ~record_store() = default;
   virtual void append(std::span<const std::uint8_t> record) = 0;
   virtual std::span<const std::uint8_t> record(std::size_t index) const = 0;
+  // Records first, first + 1, ... that lie contiguously in memory, as one span of whole
+  // records (at least one): kernels stream through a run without per-record calls.
+  virtual std::span<const std::uint8_t> run(std::size_t first) const = 0;
   virtual std::size_t size() const noexcept = 0;
   virtual std::size_t record_bytes() const noexcept = 0;
   virtual std::size_t bytes_reserved() const noexcept = 0;

@@ -3,7 +3,9 @@
 export module kvlab.core;
 export import :errors;
 export import :numeric;
+export import :random;
 export import :tensor;
+export import :codebook;
 export import :concepts;
 export import :erased;
 export import :registry;

@@ -9,6 +9,7 @@ module;
 #include <utility>
 #include <vector>
 export module kvlab.core:erased;
+import :codebook;
 import :concepts;
 
 export namespace kvlab {
@@ -28,7 +29,16 @@ public:
   void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const {
     self_->encode(values, params, codes);
   }
+  std::uint32_t encode(float value, group_params params) const {
+    std::uint32_t code;
+    self_->encode(std::span(&value, 1), params, std::span(&code, 1));
+    return code;
+  }
   float decode(std::uint32_t code, group_params params) const { return self_->decode(code, params); }
+  encoding_rule encoding() const { return self_->encoding(); }
+  bool rotates() const { return self_->rotates(); }
+  void rotate(std::span<float> token) const { self_->rotate(token); }
+  void unrotate(std::span<float> token) const { self_->unrotate(token); }
 
 private:
   struct concept_t {
@@ -41,6 +51,10 @@ private:
     virtual group_params fit(std::span<const float>) const = 0;
     virtual void encode(std::span<const float>, group_params, std::span<std::uint32_t>) const = 0;
     virtual float decode(std::uint32_t, group_params) const = 0;
+    virtual encoding_rule encoding() const = 0;
+    virtual bool rotates() const = 0;
+    virtual void rotate(std::span<float>) const = 0;
+    virtual void unrotate(std::span<float>) const = 0;
   };
   template <class Q>
   struct model final : concept_t {
@@ -55,6 +69,17 @@ private:
       for (std::size_t i = 0; i < values.size(); ++i) codes[i] = q.encode(values[i], params);
     }
     float decode(std::uint32_t code, group_params params) const override { return q.decode(code, params); }
+    encoding_rule encoding() const override {
+      if constexpr (has_encoding_rule<Q>) return q.encoding();
+      return {};
+    }
+    bool rotates() const override { return rotates_tokens<Q>; }
+    void rotate(std::span<float> token) const override {
+      if constexpr (rotates_tokens<Q>) q.rotate(token);
+    }
+    void unrotate(std::span<float> token) const override {
+      if constexpr (rotates_tokens<Q>) q.unrotate(token);
+    }
     Q q;
   };
   std::shared_ptr<const concept_t> self_;
@@ -90,19 +115,19 @@ public:
   explicit any_eviction(E eviction) : self_(std::make_shared<model<E>>(std::move(eviction))) {}
 
   std::string name() const { return self_->name(); }
-  std::vector<std::size_t> victims(const eviction_view &view) const { return self_->victims(view); }
+  std::vector<std::size_t> victims(const eviction_view& view) const { return self_->victims(view); }
 
 private:
   struct concept_t {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
-    virtual std::vector<std::size_t> victims(const eviction_view &) const = 0;
+    virtual std::vector<std::size_t> victims(const eviction_view&) const = 0;
   };
   template <class E>
   struct model final : concept_t {
     explicit model(E e) : e(std::move(e)) {}
     std::string name() const override { return e.name(); }
-    std::vector<std::size_t> victims(const eviction_view &view) const override { return e.victims(view); }
+    std::vector<std::size_t> victims(const eviction_view& view) const override { return e.victims(view); }
     E e;
   };
   std::shared_ptr<const concept_t> self_;

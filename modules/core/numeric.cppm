@@ -25,7 +25,7 @@ inline float round_to_half(float value) noexcept { return half_bits_to_float(flo
 template <class T>
 T parse_number(std::string_view text, std::string_view what) {
   T value{};
-  const auto *end = text.data() + text.size();
+  const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc{} || ptr != end)
     throw error(std::string(what) + ": '" + std::string(text) + "' is not a valid number");

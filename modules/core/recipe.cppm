@@ -18,7 +18,7 @@ export namespace kvlab {
 struct stream_recipe {
   std::string quantizer = "f16";
   std::string granularity = "token";
-  bool operator==(const stream_recipe &) const = default;
+  bool operator==(const stream_recipe&) const = default;
 };
 
 struct recipe {
@@ -29,14 +29,14 @@ struct recipe {
   std::size_t residual = 0;                     // most recent tokens kept in fp16
   std::string eviction = "none";
   std::string storage = "flat";
-  bool operator==(const recipe &) const = default;
+  bool operator==(const recipe&) const = default;
 };
 
 // Keys of a recipe string, in canonical order.
 inline constexpr std::string_view recipe_keys = "k, v, scale, sinks, residual, evict, store";
 
 // k and v always; the other parts only when they differ from the default.
-inline std::string canonical_name(const recipe &r) {
+inline std::string canonical_name(const recipe& r) {
   std::string name =
       "k=" + r.keys.quantizer + "@" + r.keys.granularity + ",v=" + r.values.quantizer + "@" + r.values.granularity;
   if (r.scale == param_precision::f32) name += ",scale=f32";
@@ -49,34 +49,34 @@ inline std::string canonical_name(const recipe &r) {
 
 // Checks every name against the registry (constructing each component once) and writes
 // the components in normalized spelling. Throws kvlab::error naming the bad part.
-inline recipe normalized(recipe r, const registry &components) {
-  const auto check = [](std::string &text, std::string_view part, auto &&make) {
+inline recipe normalized(recipe r, const registry& components) {
+  const auto check = [](std::string& text, std::string_view part, auto&& make) {
     try {
       text = parse_term(text, part).text();
       make(text);
-    } catch (const error &e) {
+    } catch (const error& e) {
       throw error("recipe part '" + std::string(part) + "': " + e.what());
     }
   };
-  const auto quantizer = [&](const std::string &t) { components.make_quantizer(t); };
-  const auto granularity = [&](const std::string &t) { components.make_granularity(t); };
+  const auto quantizer = [&](const std::string& t) { components.make_quantizer(t); };
+  const auto granularity = [&](const std::string& t) { components.make_granularity(t); };
   check(r.keys.quantizer, "k=" + r.keys.quantizer + "@" + r.keys.granularity, quantizer);
   check(r.keys.granularity, "k=" + r.keys.quantizer + "@" + r.keys.granularity, granularity);
   check(r.values.quantizer, "v=" + r.values.quantizer + "@" + r.values.granularity, quantizer);
   check(r.values.granularity, "v=" + r.values.quantizer + "@" + r.values.granularity, granularity);
-  check(r.eviction, "evict=" + r.eviction, [&](const std::string &t) { components.make_eviction(t); });
-  check(r.storage, "store=" + r.storage, [&](const std::string &t) { components.make_storage(t); });
+  check(r.eviction, "evict=" + r.eviction, [&](const std::string& t) { components.make_eviction(t); });
+  check(r.storage, "store=" + r.storage, [&](const std::string& t) { components.make_storage(t); });
   return r;
 }
 
 // Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,store=P`. k and v default
 // to f16@token; every part may appear once.
-inline recipe parse_recipe(std::string_view text, const registry &components) {
+inline recipe parse_recipe(std::string_view text, const registry& components) {
   recipe r;
   std::set<std::string> seen;
   const auto parts = split_top_level(text, "recipe '" + std::string(text) + "'");
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    const std::string &part = parts[i];
+    const std::string& part = parts[i];
     const std::string where = "recipe part " + std::to_string(i + 1) + " '" + part + "'";
     const auto equals = part.find('=');
     if (equals == std::string::npos)
@@ -89,7 +89,7 @@ inline recipe parse_recipe(std::string_view text, const registry &components) {
       const auto at = value.find('@');
       if (at == std::string::npos)
         throw error(where + ": expected quantizer@granularity, for example " + key + "=int8@token");
-      auto &stream = key == "k" ? r.keys : r.values;
+      auto& stream = key == "k" ? r.keys : r.values;
       stream.quantizer = value.substr(0, at);
       stream.granularity = value.substr(at + 1);
     } else if (key == "scale") {

@@ -82,7 +82,7 @@ inline term parse_term(std::string_view text, std::string_view what) {
   const std::string inside = compact.substr(open + 1, compact.size() - open - 2);
   if (inside.empty()) return parsed; // `name()` is `name`: every argument at its default
   parsed.args = split_top_level(inside, what);
-  for (const auto &arg : parsed.args)
+  for (const auto& arg : parsed.args)
     if (arg.empty()) throw error(std::string(what) + ": empty argument in '" + std::string(text) + "'");
   return parsed;
 }
@@ -95,7 +95,7 @@ struct strategy_args {
   std::string text;              // the whole term, for error messages
   std::optional<unsigned> width; // numeric suffix of a family name
   std::vector<std::string> args;
-  const registry *components = nullptr;
+  const registry* components = nullptr;
 
   void expect_arguments(std::size_t count, std::string_view usage) const {
     if (args.size() != count)
@@ -126,10 +126,10 @@ struct strategy_info {
 
 class registry {
 public:
-  using quantizer_factory = std::function<any_quantizer(const strategy_args &)>;
-  using granularity_factory = std::function<any_granularity(const strategy_args &)>;
-  using eviction_factory = std::function<any_eviction(const strategy_args &)>;
-  using storage_factory = std::function<any_storage(const strategy_args &)>;
+  using quantizer_factory = std::function<any_quantizer(const strategy_args&)>;
+  using granularity_factory = std::function<any_granularity(const strategy_args&)>;
+  using eviction_factory = std::function<any_eviction(const strategy_args&)>;
+  using storage_factory = std::function<any_storage(const strategy_args&)>;
 
   void add(strategy_info info, quantizer_factory make) {
     insert(std::move(info), component_kind::quantizer, std::move(make));
@@ -156,15 +156,15 @@ public:
   // Every registered name, ordered by kind then name.
   std::vector<strategy_info> list() const {
     std::vector<strategy_info> infos;
-    for (const auto &entry : entries_) infos.push_back(entry.info);
-    std::ranges::sort(infos, {}, [](const strategy_info &i) { return std::tie(i.kind, i.name); });
+    for (const auto& entry : entries_) infos.push_back(entry.info);
+    std::ranges::sort(infos, {}, [](const strategy_info& i) { return std::tie(i.kind, i.name); });
     return infos;
   }
 
   // "f32, f16, int<b> (b = 2..8), ..." for error messages.
   std::string allowed(component_kind kind) const {
     std::string out;
-    for (const auto &info : list())
+    for (const auto& info : list())
       if (info.kind == kind) out += (out.empty() ? "" : ", ") + info.usage;
     return out;
   }
@@ -173,7 +173,7 @@ public:
   // Conformance tests iterate this, so a new strategy file is covered with no test edit.
   std::vector<std::string> instances(component_kind kind) const {
     std::vector<std::string> names;
-    for (const auto &info : list()) {
+    for (const auto& info : list()) {
       if (info.kind != kind) continue;
       if (!info.examples.empty()) {
         names.insert(names.end(), info.examples.begin(), info.examples.end());
@@ -195,7 +195,7 @@ private:
 
   void insert(strategy_info info, component_kind kind, factory make) {
     info.kind = kind;
-    for (const auto &existing : entries_)
+    for (const auto& existing : entries_)
       if (existing.info.kind == kind && existing.info.name == info.name)
         throw error(kind_name(kind) + " '" + info.name + "' is registered twice");
     entries_.push_back({std::move(info), std::move(make)});
@@ -205,14 +205,14 @@ private:
   Handle make(component_kind kind, std::string_view text) const {
     const term parsed = parse_term(text, kind_name(kind) + " '" + std::string(text) + "'");
     strategy_args args{parsed.text(), std::nullopt, parsed.args, this};
-    for (const auto &entry : entries_)
+    for (const auto& entry : entries_)
       if (entry.info.kind == kind && !entry.info.is_family() && entry.info.name == parsed.name)
         return call<Handle>(entry, args);
     // A family name: prefix followed by a number (int8 -> int, 8).
     const auto digits = parsed.name.find_last_not_of("0123456789") + 1;
     if (digits < parsed.name.size()) {
       const std::string prefix = parsed.name.substr(0, digits);
-      for (const auto &entry : entries_) {
+      for (const auto& entry : entries_) {
         if (entry.info.kind != kind || !entry.info.is_family() || entry.info.name != prefix) continue;
         const auto width =
             parse_number<unsigned>(parsed.name.substr(digits), kind_name(kind) + " '" + parsed.name + "'");
@@ -228,8 +228,8 @@ private:
   }
 
   template <class Handle>
-  static Handle call(const entry &e, const strategy_args &args) {
-    using factory_type = std::function<Handle(const strategy_args &)>;
+  static Handle call(const entry& e, const strategy_args& args) {
+    using factory_type = std::function<Handle(const strategy_args&)>;
     return std::get<factory_type>(e.make)(args);
   }
 

@@ -18,10 +18,10 @@ struct kv_shape {
   std::size_t head_dim = 0;
 
   std::size_t elements() const noexcept { return layers * heads * tokens * head_dim; }
-  bool operator==(const kv_shape &) const = default;
+  bool operator==(const kv_shape&) const = default;
 };
 
-inline std::string to_string(const kv_shape &shape) {
+inline std::string to_string(const kv_shape& shape) {
   return "[" + std::to_string(shape.layers) + ", " + std::to_string(shape.heads) + ", " + std::to_string(shape.tokens) +
          ", " + std::to_string(shape.head_dim) + "]";
 }
@@ -31,7 +31,7 @@ public:
   kv_tensor() = default;
   explicit kv_tensor(kv_shape shape) : shape_(shape), values_(shape.elements()) {}
 
-  const kv_shape &shape() const noexcept { return shape_; }
+  const kv_shape& shape() const noexcept { return shape_; }
   std::span<float> values() noexcept { return values_; }
   std::span<const float> values() const noexcept { return values_; }
 
@@ -71,11 +71,11 @@ struct kv_data {
 // NaN/Inf policy: non-finite KV data is rejected before anything is compressed, with the
 // tensor name and position, because no codec can represent it faithfully and a silently
 // clamped value would make every fidelity number wrong.
-inline void require_finite(const kv_tensor &tensor, const std::string &name) {
+inline void require_finite(const kv_tensor& tensor, const std::string& name) {
   const auto values = tensor.values();
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (std::isfinite(values[i])) continue;
-    const auto &s = tensor.shape();
+    const auto& s = tensor.shape();
     const std::size_t channel = i % s.head_dim;
     const std::size_t token = i / s.head_dim % s.tokens;
     const std::size_t head = i / s.head_dim / s.tokens % s.heads;
@@ -88,10 +88,10 @@ inline void require_finite(const kv_tensor &tensor, const std::string &name) {
 
 // Shapes of a workload must agree: same K/V shape, queries over the same tokens and
 // head_dim, and a whole number of query heads per KV head.
-inline void check_consistent(const kv_data &data) {
-  const auto &k = data.keys.shape();
-  const auto &v = data.values.shape();
-  const auto &q = data.queries.shape();
+inline void check_consistent(const kv_data& data) {
+  const auto& k = data.keys.shape();
+  const auto& v = data.values.shape();
+  const auto& q = data.queries.shape();
   if (k.elements() == 0) throw error("keys are empty: shape " + to_string(k));
   if (!(k == v)) throw error("keys " + to_string(k) + " and values " + to_string(v) + " differ in shape");
   if (q.layers != k.layers || q.tokens != k.tokens || q.head_dim != k.head_dim)

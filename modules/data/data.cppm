@@ -6,7 +6,6 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <numbers>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,39 +14,14 @@ import kvlab.core;
 
 export namespace kvlab {
 
-// splitmix64 (Steele et al., "Fast splittable pseudorandom number generators", OOPSLA
-// 2014): tiny, fast, and every (seed, stream) pair gives an independent, reproducible
-// sequence, so generation order never changes the data.
-class random_stream {
-public:
-  random_stream(std::uint64_t seed, std::uint64_t stream) : state_(mix(seed) ^ mix(stream + 0x632be59bd9b4e019ull)) {}
-  std::uint64_t next() noexcept { return mix(state_ += 0x9e3779b97f4a7c15ull); }
-  // Uniform in (0, 1): never 0, so log() is safe.
-  double uniform() noexcept { return (static_cast<double>(next() >> 11) + 0.5) * 0x1p-53; }
-  // Standard normal by Box-Muller (one value per call, the pair's sine half is discarded
-  // so the value depends only on the call count).
-  double normal() noexcept {
-    const double radius = std::sqrt(-2.0 * std::log(uniform()));
-    return radius * std::cos(2.0 * std::numbers::pi * uniform());
-  }
-
-private:
-  static std::uint64_t mix(std::uint64_t z) noexcept {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  std::uint64_t state_;
-};
-
 namespace detail {
 
 // key=value arguments of a generator, each known key with its default.
 class generator_args {
 public:
-  generator_args(const term &t, std::string_view spec, std::map<std::string, double> defaults)
+  generator_args(const term& t, std::string_view spec, std::map<std::string, double> defaults)
       : spec_(spec), values_(std::move(defaults)) {
-    for (const auto &arg : t.args) {
+    for (const auto& arg : t.args) {
       const auto equals = arg.find('=');
       if (equals == std::string::npos) fail("argument '" + arg + "' is not key=value");
       const std::string key = arg.substr(0, equals);
@@ -56,18 +30,18 @@ public:
       values_[key] = parse_number<double>(arg.substr(equals + 1), "data spec '" + spec_ + "', parameter " + key);
     }
   }
-  std::size_t count(const std::string &key, std::size_t min = 1) const {
+  std::size_t count(const std::string& key, std::size_t min = 1) const {
     const double value = values_.at(key);
     if (value != std::floor(value) || value < static_cast<double>(min) || value > 1e9)
       fail("parameter " + key + " = " + format_number(value) + " must be a whole number >= " + std::to_string(min));
     return static_cast<std::size_t>(value);
   }
-  [[noreturn]] void fail(const std::string &what) const { throw error("data spec '" + spec_ + "': " + what); }
+  [[noreturn]] void fail(const std::string& what) const { throw error("data spec '" + spec_ + "': " + what); }
 
 private:
   std::string allowed() const {
     std::string out;
-    for (const auto &[key, value] : values_)
+    for (const auto& [key, value] : values_)
       out += (out.empty() ? "" : ", ") + key + " (default " + format_number(value) + ")";
     return out;
   }
@@ -76,23 +50,23 @@ private:
   std::map<std::string, bool> given_;
 };
 
-inline void fill_gaussian(kv_tensor &tensor, std::uint64_t seed, std::uint64_t tensor_id) {
-  const auto &s = tensor.shape();
+inline void fill_gaussian(kv_tensor& tensor, std::uint64_t seed, std::uint64_t tensor_id) {
+  const auto& s = tensor.shape();
   for (std::size_t layer = 0; layer < s.layers; ++layer)
     for (std::size_t head = 0; head < s.heads; ++head) {
       random_stream random(seed, (tensor_id << 48) ^ (layer << 24) ^ head);
       for (std::size_t t = 0; t < s.tokens; ++t)
-        for (float &x : tensor.row(layer, head, t)) x = static_cast<float>(random.normal());
+        for (float& x : tensor.row(layer, head, t)) x = static_cast<float>(random.normal());
     }
 }
 
 // Refuses workloads that would not fit this machine's memory, before allocating them.
-inline void check_size(const generator_args &args, std::size_t elements) {
+inline void check_size(const generator_args& args, std::size_t elements) {
   constexpr std::size_t limit = std::size_t{4} << 30; // 16 GiB of float32
   if (elements > limit) args.fail("needs " + std::to_string(elements * 4 >> 20) + " MiB; the limit is 16384 MiB");
 }
 
-inline kv_data gaussian(const term &t, std::string_view spec) {
+inline kv_data gaussian(const term& t, std::string_view spec) {
   const generator_args args(t, spec, {{"L", 2}, {"H", 2}, {"Q", 8}, {"T", 1024}, {"D", 128}, {"seed", 1}});
   const std::size_t layers = args.count("L"), kv_heads = args.count("H"), q_heads = args.count("Q");
   const std::size_t tokens = args.count("T", 2), head_dim = args.count("D");

@@ -33,8 +33,8 @@ struct eval_result {
   double bytes_per_token = 0.0; // cache_bytes / tokens: all layers and KV heads, K and V
 };
 
-inline eval_result evaluate(const recipe &r, const kv_data &data, const registry &components,
-                            const eval_options &options = {}) {
+inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
+                            const eval_options& options = {}) {
   check_consistent(data);
   require_finite(data.keys, "keys");
   require_finite(data.values, "values");
@@ -45,7 +45,7 @@ inline eval_result evaluate(const recipe &r, const kv_data &data, const registry
     throw error(std::to_string(options.decode_steps) + " decode steps need more than " + std::to_string(tokens) +
                 " tokens of data (at least one token is prefilled)");
   const std::size_t prefill = tokens - options.decode_steps;
-  const kernel_table &kernels = active_kernels();
+  const kernel_table& kernels = active_kernels();
 
   kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim);
   const auto append = [&](std::size_t t) {
@@ -88,7 +88,7 @@ inline eval_result evaluate(const recipe &r, const kv_data &data, const registry
   return result;
 }
 
-inline std::string to_json(const eval_result &r) {
+inline std::string to_json(const eval_result& r) {
   return json_object()
       .add("recipe", r.recipe)
       .add("data", r.data)

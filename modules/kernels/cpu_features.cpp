@@ -1,6 +1,7 @@
 // Which instruction sets this CPU (and OS) can run, from xsimd's cpuid probe.
 #include "kernels.hpp"
 
+#include <cstdlib>
 #include <xsimd/xsimd.hpp>
 
 namespace kvlab::kernels {
@@ -13,6 +14,23 @@ bool cpu_supports(isa instruction_set) noexcept {
   case isa::avx512: return available.avx512bw && available.avx512dq && available.avx512f;
   }
   return false;
+}
+
+const kernel_table& active_kernels() noexcept {
+  static const kernel_table& table = []() -> const kernel_table& {
+    if (const char* forced = std::getenv("KVLAB_ISA"); forced && *forced) {
+      for (const isa candidate : {isa::scalar, isa::avx2, isa::avx512})
+        if (isa_name(candidate) == forced && cpu_supports(candidate))
+          return candidate == isa::avx512 ? avx512_kernels()
+                 : candidate == isa::avx2 ? avx2_kernels()
+                                          : scalar_kernels();
+      return scalar_kernels();
+    }
+    if (cpu_supports(isa::avx512)) return avx512_kernels();
+    if (cpu_supports(isa::avx2)) return avx2_kernels();
+    return scalar_kernels();
+  }();
+  return table;
 }
 
 std::string_view isa_name(isa instruction_set) noexcept {

@@ -11,6 +11,33 @@ namespace kvlab::kernels {
 
 enum class isa { scalar, avx2, avx512 };
 
+// How the elements of a record decode.
+enum class element_kind : std::uint8_t {
+  f32,          // raw binary32
+  f16,          // raw binary16
+  bf16,         // raw bfloat16
+  affine_codes, // scale * (code - offset) + zero (int<b>, uint<b>)
+  table_codes   // scale * levels[code] + zero (nf4, lloyd<b>, fp8, ...)
+};
+
+// Layout of the records of one stream: one token per record, `record_bytes` apart. Codes
+// (or raw floats) first, bit-packed; then per group of `group_channels` channels its
+// parameters (scale, then zero when params_per_group == 2), fp16 or f32.
+struct record_format {
+  element_kind kind = element_kind::f32;
+  std::size_t record_bytes = 0;
+  std::size_t head_dim = 0;
+  std::size_t group_channels = 0;
+  unsigned bits = 32;
+  unsigned params_per_group = 0;
+  bool params_f32 = false;
+  float offset = 0.0f;           // affine_codes
+  const float* levels = nullptr; // table_codes
+
+  std::size_t code_bytes() const noexcept { return (head_dim * bits + 7) / 8; }
+  std::size_t groups() const noexcept { return head_dim / group_channels; }
+};
+
 // Codes are bit-packed little-endian: element i occupies bits [i*bits, (i+1)*bits) of the
 // byte stream, least significant bit first. `levels` maps a code to its unscaled value
 // (2^bits entries). `first` is the index of the first element used, so a group inside a
@@ -18,23 +45,59 @@ enum class isa { scalar, avx2, avx512 };
 struct kernel_table {
   isa instruction_set;
   // sum over i < n of query[i] * levels[code(first + i)]
-  float (*dot_codes)(const float *query, const std::uint8_t *packed, std::size_t first, std::size_t n, unsigned bits,
-                     const float *levels);
+  float (*dot_codes)(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                     const float* levels);
   // acc[i] += alpha * levels[code(first + i)] for i < n
-  void (*axpy_codes)(float alpha, const std::uint8_t *packed, std::size_t first, std::size_t n, unsigned bits,
-                     const float *levels, float *acc);
+  void (*axpy_codes)(float alpha, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                     const float* levels, float* acc);
+  // Affine codebooks (int<b>, uint<b>: level = code - offset) skip the table: the caller
+  // folds offset, scale and zero in once per group.
+  // sum over i < n of query[i] * code(first + i)
+  float (*dot_raw_codes)(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n,
+                         unsigned bits);
+  // acc[i] += alpha * code(first + i) for i < n
+  void (*axpy_raw_codes)(float alpha, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                         float* acc);
+  // Group statistics for parameter fitting (exact: max and min do not depend on order).
+  float (*absmax)(const float* x, std::size_t n);
+  void (*min_max)(const float* x, std::size_t n, float* min, float* max);
+  // out[i] = scale * levels[code(first + i)] + zero for i < n
+  void (*decode_codes)(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits, const float* levels,
+                       float scale, float zero, float* out);
+  // Uniform grids (int<b>, uint<b>): code = clamp(round_to_even((x - zero) / scale) + offset,
+  // 0, max_code), or offset when scale == 0. Overwrites elements [first, first + n).
+  void (*encode_uniform)(const float* x, std::size_t n, float scale, float zero, int offset, unsigned max_code,
+                         unsigned bits, std::uint8_t* packed, std::size_t first);
+  // Sorted codebooks (nf4, lloyd<b>): code = number of thresholds t with t < (x - zero) / scale
+  // (taken as 0 when scale == 0), thresholds ascending. Overwrites elements [first, first + n).
+  void (*encode_nearest)(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
+                         unsigned threshold_count, unsigned bits, std::uint8_t* packed, std::size_t first);
+  // Whole runs of records, the attention hot loop. group_query_sums[g] is the sum of the
+  // query over group g's channels (computed once per query by the caller).
+  // scores[t] = query . decoded(record t) for t < count
+  void (*dot_records)(const record_format& format, const float* query, const float* group_query_sums,
+                      const std::uint8_t* records, std::size_t count, float* scores);
+  // acc += sum over t < count of weights[t] * decoded(record t), except that the terms
+  // constant over a group (zeros, affine offsets) are added to group_constants[g] instead;
+  // the caller adds them to the group's channels once, after the last run.
+  void (*axpy_records)(const record_format& format, const float* weights, const std::uint8_t* records,
+                       std::size_t count, float* acc, float* group_constants);
   // Raw float rows, possibly unaligned: f32, IEEE f16 and bf16 bit patterns.
-  float (*dot_f32)(const float *query, const std::uint8_t *row, std::size_t n);
-  void (*axpy_f32)(float alpha, const std::uint8_t *row, std::size_t n, float *acc);
-  float (*dot_f16)(const float *query, const std::uint8_t *row, std::size_t n);
-  void (*axpy_f16)(float alpha, const std::uint8_t *row, std::size_t n, float *acc);
-  float (*dot_bf16)(const float *query, const std::uint8_t *row, std::size_t n);
-  void (*axpy_bf16)(float alpha, const std::uint8_t *row, std::size_t n, float *acc);
+  float (*dot_f32)(const float* query, const std::uint8_t* row, std::size_t n);
+  void (*axpy_f32)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
+  float (*dot_f16)(const float* query, const std::uint8_t* row, std::size_t n);
+  void (*axpy_f16)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
+  float (*dot_bf16)(const float* query, const std::uint8_t* row, std::size_t n);
+  void (*axpy_bf16)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
 };
 
-const kernel_table &scalar_kernels() noexcept;
-const kernel_table &avx2_kernels() noexcept;
-const kernel_table &avx512_kernels() noexcept;
+const kernel_table& scalar_kernels() noexcept;
+// The table of the best ISA this CPU runs, or the one the environment variable KVLAB_ISA
+// names (scalar, avx2, avx512; an unknown or unsupported name falls back to scalar and
+// is reported by kvlab.simd's checked accessor).
+const kernel_table& active_kernels() noexcept;
+const kernel_table& avx2_kernels() noexcept;
+const kernel_table& avx512_kernels() noexcept;
 
 // What this CPU can run (checked once, with cpuid).
 bool cpu_supports(isa instruction_set) noexcept;

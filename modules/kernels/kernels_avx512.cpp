@@ -2,7 +2,7 @@
 #include "kernels_simd.hpp"
 
 namespace kvlab::kernels {
-const kernel_table &avx512_kernels() noexcept {
+const kernel_table& avx512_kernels() noexcept {
   static constexpr kernel_table table = simd::kernels<xsimd::avx512bw>::table(isa::avx512);
   return table;
 }

@@ -2,14 +2,17 @@
 // that the SIMD kernels call for the elements their vector loops do not cover.
 #pragma once
 #include "half.hpp"
+#include "kernels.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 namespace kvlab::kernels::scalar {
 
-inline unsigned code_at(const std::uint8_t *packed, std::size_t index, unsigned bits) noexcept {
+inline unsigned code_at(const std::uint8_t* packed, std::size_t index, unsigned bits) noexcept {
   const std::size_t bit = index * bits;
   const std::size_t byte = bit / 8;
   const unsigned shift = bit % 8;
@@ -20,43 +23,110 @@ inline unsigned code_at(const std::uint8_t *packed, std::size_t index, unsigned 
   return (window >> shift) & ((1u << bits) - 1u);
 }
 
-inline float dot_codes(const float *query, const std::uint8_t *packed, std::size_t first, std::size_t n, unsigned bits,
-                       const float *levels) noexcept {
+// Overwrites the code of element `index` (the other bits of its bytes are kept).
+inline void put_code(std::uint8_t* packed, std::size_t index, unsigned bits, unsigned code) noexcept {
+  const std::size_t bit = index * bits;
+  const std::size_t byte = bit / 8;
+  const unsigned shift = bit % 8;
+  const unsigned mask = ((1u << bits) - 1u) << shift;
+  const unsigned value = code << shift;
+  packed[byte] = static_cast<std::uint8_t>((packed[byte] & ~mask) | (value & mask));
+  if (shift + bits > 8)
+    packed[byte + 1] = static_cast<std::uint8_t>((packed[byte + 1] & ~(mask >> 8)) | ((value & mask) >> 8));
+}
+
+inline unsigned uniform_code(float x, float scale, float zero, int offset, unsigned max_code) noexcept {
+  if (scale == 0.0f) return static_cast<unsigned>(offset);
+  const float q = std::nearbyint((x - zero) / scale) + static_cast<float>(offset);
+  return static_cast<unsigned>(std::clamp(q, 0.0f, static_cast<float>(max_code)));
+}
+
+inline unsigned nearest_code(float x, float scale, float zero, const float* thresholds, unsigned count) noexcept {
+  const float y = scale == 0.0f ? 0.0f : (x - zero) / scale;
+  unsigned code = 0;
+  for (unsigned j = 0; j < count; ++j) code += thresholds[j] < y ? 1u : 0u;
+  return code;
+}
+
+inline void encode_uniform(const float* x, std::size_t n, float scale, float zero, int offset, unsigned max_code,
+                           unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    put_code(packed, first + i, bits, uniform_code(x[i], scale, zero, offset, max_code));
+}
+
+inline void encode_nearest(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
+                           unsigned count, unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    put_code(packed, first + i, bits, nearest_code(x[i], scale, zero, thresholds, count));
+}
+
+inline void decode_codes(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                         const float* levels, float scale, float zero, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = scale * levels[code_at(packed, first + i, bits)] + zero;
+}
+
+inline float dot_raw_codes(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n,
+                           unsigned bits) noexcept {
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += query[i] * static_cast<float>(code_at(packed, first + i, bits));
+  return sum;
+}
+
+inline void axpy_raw_codes(float alpha, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                           float* acc) noexcept {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += alpha * static_cast<float>(code_at(packed, first + i, bits));
+}
+
+inline float absmax(const float* x, std::size_t n) noexcept {
+  float m = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+inline void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
+  float a = n ? x[0] : 0.0f, b = a;
+  for (std::size_t i = 1; i < n; ++i) a = std::min(a, x[i]), b = std::max(b, x[i]);
+  *lo = a;
+  *hi = b;
+}
+
+inline float dot_codes(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                       const float* levels) noexcept {
   float sum = 0.0f;
   for (std::size_t i = 0; i < n; ++i) sum += query[i] * levels[code_at(packed, first + i, bits)];
   return sum;
 }
 
-inline void axpy_codes(float alpha, const std::uint8_t *packed, std::size_t first, std::size_t n, unsigned bits,
-                       const float *levels, float *acc) noexcept {
+inline void axpy_codes(float alpha, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                       const float* levels, float* acc) noexcept {
   for (std::size_t i = 0; i < n; ++i) acc[i] += alpha * levels[code_at(packed, first + i, bits)];
 }
 
-inline float load_f32(const std::uint8_t *row, std::size_t i) noexcept {
+inline float load_f32(const std::uint8_t* row, std::size_t i) noexcept {
   float value;
   std::memcpy(&value, row + 4 * i, 4);
   return value;
 }
-inline float load_f16(const std::uint8_t *row, std::size_t i) noexcept {
+inline float load_f16(const std::uint8_t* row, std::size_t i) noexcept {
   std::uint16_t bits;
   std::memcpy(&bits, row + 2 * i, 2);
   return half_bits_to_float(bits);
 }
-inline float load_bf16(const std::uint8_t *row, std::size_t i) noexcept {
+inline float load_bf16(const std::uint8_t* row, std::size_t i) noexcept {
   std::uint16_t bits;
   std::memcpy(&bits, row + 2 * i, 2);
   return bf16_bits_to_float(bits);
 }
 
-template <float (*load)(const std::uint8_t *, std::size_t)>
-float dot_row(const float *query, const std::uint8_t *row, std::size_t n) noexcept {
+template <float (*load)(const std::uint8_t*, std::size_t)>
+float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
   float sum = 0.0f;
   for (std::size_t i = 0; i < n; ++i) sum += query[i] * load(row, i);
   return sum;
 }
 
-template <float (*load)(const std::uint8_t *, std::size_t)>
-void axpy_row(float alpha, const std::uint8_t *row, std::size_t n, float *acc) noexcept {
+template <float (*load)(const std::uint8_t*, std::size_t)>
+void axpy_row(float alpha, const std::uint8_t* row, std::size_t n, float* acc) noexcept {
   for (std::size_t i = 0; i < n; ++i) acc[i] += alpha * load(row, i);
 }
 
@@ -66,5 +136,77 @@ inline constexpr auto dot_f16 = dot_row<load_f16>;
 inline constexpr auto axpy_f16 = axpy_row<load_f16>;
 inline constexpr auto dot_bf16 = dot_row<load_bf16>;
 inline constexpr auto axpy_bf16 = axpy_row<load_bf16>;
+
+// Parameter `which` (0 scale, 1 zero) of group g of a record.
+inline float record_param(const record_format& f, const std::uint8_t* record, std::size_t group,
+                          unsigned which) noexcept {
+  const std::uint8_t* at = record + f.code_bytes() + (group * f.params_per_group + which) * (f.params_f32 ? 4 : 2);
+  if (f.params_f32) {
+    float value;
+    std::memcpy(&value, at, 4);
+    return value;
+  }
+  std::uint16_t half;
+  std::memcpy(&half, at, 2);
+  return half_bits_to_float(half);
+}
+
+inline float dot_records_one(const record_format& f, const float* query, const float* group_query_sums,
+                             const std::uint8_t* record) noexcept {
+  switch (f.kind) {
+  case element_kind::f32: return dot_f32(query, record, f.head_dim);
+  case element_kind::f16: return dot_f16(query, record, f.head_dim);
+  case element_kind::bf16: return dot_bf16(query, record, f.head_dim);
+  case element_kind::affine_codes:
+  case element_kind::table_codes: break;
+  }
+  float score = 0.0f;
+  for (std::size_t g = 0; g < f.groups(); ++g) {
+    const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
+    const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
+    const float* q = query + g * f.group_channels;
+    const std::size_t first = g * f.group_channels;
+    if (f.kind == element_kind::affine_codes)
+      score += scale * dot_raw_codes(q, record, first, f.group_channels, f.bits) +
+               (zero - scale * f.offset) * group_query_sums[g];
+    else
+      score += scale * dot_codes(q, record, first, f.group_channels, f.bits, f.levels) + zero * group_query_sums[g];
+  }
+  return score;
+}
+
+inline void dot_records(const record_format& f, const float* query, const float* group_query_sums,
+                        const std::uint8_t* records, std::size_t count, float* scores) noexcept {
+  for (std::size_t t = 0; t < count; ++t)
+    scores[t] = dot_records_one(f, query, group_query_sums, records + t * f.record_bytes);
+}
+
+inline void axpy_records(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
+                         float* acc, float* group_constants) noexcept {
+  for (std::size_t t = 0; t < count; ++t) {
+    const std::uint8_t* record = records + t * f.record_bytes;
+    const float w = weights[t];
+    switch (f.kind) {
+    case element_kind::f32: axpy_f32(w, record, f.head_dim, acc); continue;
+    case element_kind::f16: axpy_f16(w, record, f.head_dim, acc); continue;
+    case element_kind::bf16: axpy_bf16(w, record, f.head_dim, acc); continue;
+    case element_kind::affine_codes:
+    case element_kind::table_codes: break;
+    }
+    for (std::size_t g = 0; g < f.groups(); ++g) {
+      const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
+      const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
+      float* out = acc + g * f.group_channels;
+      const std::size_t first = g * f.group_channels;
+      if (f.kind == element_kind::affine_codes) {
+        axpy_raw_codes(w * scale, record, first, f.group_channels, f.bits, out);
+        group_constants[g] += w * (zero - scale * f.offset);
+      } else {
+        axpy_codes(w * scale, record, first, f.group_channels, f.bits, f.levels, out);
+        group_constants[g] += w * zero;
+      }
+    }
+  }
+}
 
 } // namespace kvlab::kernels::scalar

@@ -5,6 +5,8 @@
 #include "kernels.hpp"
 #include "kernels_scalar.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <immintrin.h>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
@@ -18,35 +20,43 @@ struct kernels {
   static constexpr std::size_t width = floats::size;
   static constexpr bool is_avx512 = std::is_same_v<Arch, xsimd::avx512bw>;
 
-  static floats load_f32(const std::uint8_t *p) noexcept {
-    return floats::load_unaligned(reinterpret_cast<const float *>(p));
-  }
-  static floats load_f16(const std::uint8_t *p) noexcept {
+  // Fused multiply-add as one instruction (xsimd 8.1 spells AVX-512's as multiply then add).
+  static floats fmadd(floats a, floats b, floats c) noexcept {
     if constexpr (is_avx512)
-      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+      return _mm512_fmadd_ps(a, b, c);
     else
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+      return _mm256_fmadd_ps(a, b, c);
   }
-  static floats load_bf16(const std::uint8_t *p) noexcept {
+
+  static floats load_f32(const std::uint8_t* p) noexcept {
+    return floats::load_unaligned(reinterpret_cast<const float*>(p));
+  }
+  static floats load_f16(const std::uint8_t* p) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    else
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static floats load_bf16(const std::uint8_t* p) noexcept {
     if constexpr (is_avx512)
       return _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16));
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     else
       return _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16));
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
   }
   // `width` 8-bit codes starting at byte p.
-  static ints load_u8_codes(const std::uint8_t *p) noexcept {
+  static ints load_u8_codes(const std::uint8_t* p) noexcept {
     if constexpr (is_avx512)
-      return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+      return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     else
-      return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
+      return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   }
   // `width` 4-bit codes starting at byte p (low nibble first).
-  static ints load_u4_codes(const std::uint8_t *p) noexcept {
+  static ints load_u4_codes(const std::uint8_t* p) noexcept {
     const __m128i duplicate_bytes = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     if constexpr (is_avx512) {
-      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(p));
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
       const __m512i wide = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, duplicate_bytes));
       const __m512i shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
       return _mm512_and_si512(_mm512_srlv_epi32(wide, shifts), _mm512_set1_epi32(0xf));
@@ -60,73 +70,490 @@ struct kernels {
     }
   }
 
-  template <floats (*load)(const std::uint8_t *), std::size_t element_bytes,
-            float (*scalar_load)(const std::uint8_t *, std::size_t)>
-  static float dot_row(const float *query, const std::uint8_t *row, std::size_t n) noexcept {
+  // A dot product left unreduced: the vector of partial sums and the scalar tail's sum.
+  struct partial_dot {
+    floats lanes;
+    float tail;
+  };
+
+  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
+            float (*scalar_load)(const std::uint8_t*, std::size_t)>
+  static partial_dot dot_row_partial(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
     floats sum(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width)
-      sum = xsimd::fma(floats::load_unaligned(query + i), load(row + i * element_bytes), sum);
-    float total = xsimd::hadd(sum);
-    for (; i < n; ++i) total += query[i] * scalar_load(row, i);
-    return total;
+      sum = fmadd(floats::load_unaligned(query + i), load(row + i * element_bytes), sum);
+    float tail = 0.0f;
+    for (; i < n; ++i) tail += query[i] * scalar_load(row, i);
+    return {sum, tail};
   }
 
-  template <floats (*load)(const std::uint8_t *), std::size_t element_bytes,
-            float (*scalar_load)(const std::uint8_t *, std::size_t)>
-  static void axpy_row(float alpha, const std::uint8_t *row, std::size_t n, float *acc) noexcept {
+  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
+            float (*scalar_load)(const std::uint8_t*, std::size_t)>
+  static float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
+    const auto [lanes, tail] = dot_row_partial<load, element_bytes, scalar_load>(query, row, n);
+    return xsimd::hadd(lanes) + tail;
+  }
+
+  // Lane k of the result is the sum of rows[k]'s lanes. (xsimd 8.1's AVX-512 haddp returns
+  // the sums in a permuted order, so this is written out.)
+  static __m256 sum_each_of_8(const __m256* rows) noexcept {
+    const __m256 pairs0 = _mm256_hadd_ps(rows[0], rows[1]), pairs1 = _mm256_hadd_ps(rows[2], rows[3]);
+    const __m256 pairs2 = _mm256_hadd_ps(rows[4], rows[5]), pairs3 = _mm256_hadd_ps(rows[6], rows[7]);
+    const __m256 quads0 = _mm256_hadd_ps(pairs0, pairs1), quads1 = _mm256_hadd_ps(pairs2, pairs3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(quads0, quads1, 0x20), _mm256_permute2f128_ps(quads0, quads1, 0x31));
+  }
+  static floats sum_each(const floats* rows) noexcept {
+    if constexpr (is_avx512) {
+      __m256 halves[16];
+      for (std::size_t k = 0; k < 16; ++k)
+        halves[k] = _mm256_add_ps(_mm512_castps512_ps256(rows[k]), _mm512_extractf32x8_ps(rows[k], 1));
+      return _mm512_insertf32x8(_mm512_castps256_ps512(sum_each_of_8(halves)), sum_each_of_8(halves + 8), 1);
+    } else {
+      __m256 plain[8];
+      for (std::size_t k = 0; k < 8; ++k) plain[k] = rows[k];
+      return sum_each_of_8(plain);
+    }
+  }
+
+  // scores[t] = reduce(dot(t)) for t < count, reducing `width` tokens at a time with one
+  // transposing horizontal add instead of one horizontal add per token.
+  template <class Dot>
+  static void reduce_tokens(std::size_t count, float* scores, Dot&& dot) noexcept {
+    std::size_t t = 0;
+    floats rows[width];
+    alignas(64) float tails[width];
+    for (; t + width <= count; t += width) {
+      for (std::size_t k = 0; k < width; ++k) {
+        const partial_dot d = dot(t + k);
+        rows[k] = d.lanes;
+        tails[k] = d.tail;
+      }
+      (sum_each(rows) + floats::load_aligned(tails)).store_unaligned(scores + t);
+    }
+    for (; t < count; ++t) {
+      const partial_dot d = dot(t);
+      scores[t] = xsimd::hadd(d.lanes) + d.tail;
+    }
+  }
+
+  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
+            float (*scalar_load)(const std::uint8_t*, std::size_t)>
+  static void axpy_row(float alpha, const std::uint8_t* row, std::size_t n, float* acc) noexcept {
     const floats weight(alpha);
     std::size_t i = 0;
     for (; i + width <= n; i += width) {
-      const floats updated = xsimd::fma(weight, load(row + i * element_bytes), floats::load_unaligned(acc + i));
+      const floats updated = fmadd(weight, load(row + i * element_bytes), floats::load_unaligned(acc + i));
       updated.store_unaligned(acc + i);
     }
     for (; i < n; ++i) acc[i] += alpha * scalar_load(row, i);
   }
 
-  // Vector path for 8-bit codes and byte-aligned 4-bit codes; other widths go scalar
-  // until their unpackers are written.
-  static float dot_codes(const float *query, const std::uint8_t *packed, std::size_t first, std::size_t n,
-                         unsigned bits, const float *levels) noexcept {
-    floats sum(0.0f);
+  // Looks codes up in a table of up to 16 levels held in registers (permutes, no memory).
+  struct small_table {
+    floats low, high; // levels 0..7 and 8..15 (AVX2); AVX-512 uses `low` for all 16
+    explicit small_table(const float* levels, unsigned bits) {
+      alignas(64) float padded[16] = {};
+      for (unsigned i = 0; bits > 0 && i < (1u << bits); ++i) padded[i] = levels[i];
+      low = floats::load_aligned(padded);
+      if constexpr (!is_avx512) high = floats::load_aligned(padded + 8);
+    }
+    floats operator()(ints codes) const noexcept {
+      if constexpr (is_avx512) {
+        return _mm512_permutexvar_ps(codes, low);
+      } else {
+        const __m256 from_low = _mm256_permutevar8x32_ps(low, codes);
+        const __m256 from_high = _mm256_permutevar8x32_ps(high, codes);
+        // Codes 8..15 have bit 3 set: move it to the sign bit to select the high half.
+        return _mm256_blendv_ps(from_low, from_high, _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
+      }
+    }
+  };
+
+  // Runs `step(codes)` over `width`-element chunks the vector loaders handle (8-bit codes,
+  // byte-aligned 4-bit codes) and returns how many elements it covered.
+  template <class Step>
+  static std::size_t for_each_chunk(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                                    Step&& step) noexcept {
     std::size_t i = 0;
     if (bits == 8) {
-      for (; i + width <= n; i += width)
-        sum = xsimd::fma(floats::load_unaligned(query + i), floats::gather(levels, load_u8_codes(packed + first + i)),
-                         sum);
+      for (; i + width <= n; i += width) step(i, load_u8_codes(packed + first + i));
     } else if (bits == 4 && first % 2 == 0) {
-      for (; i + width <= n; i += width)
-        sum = xsimd::fma(floats::load_unaligned(query + i),
-                         floats::gather(levels, load_u4_codes(packed + (first + i) / 2)), sum);
+      for (; i + width <= n; i += width) step(i, load_u4_codes(packed + (first + i) / 2));
     }
-    return xsimd::hadd(sum) + scalar::dot_codes(query + i, packed, first + i, n - i, bits, levels);
+    return i;
   }
 
-  static void axpy_codes(float alpha, const std::uint8_t *packed, std::size_t first, std::size_t n, unsigned bits,
-                         const float *levels, float *acc) noexcept {
-    const floats weight(alpha);
-    std::size_t i = 0;
-    const auto step = [&](ints codes) {
-      xsimd::fma(weight, floats::gather(levels, codes), floats::load_unaligned(acc + i)).store_unaligned(acc + i);
-    };
-    if (bits == 8) {
-      for (; i + width <= n; i += width) step(load_u8_codes(packed + first + i));
-    } else if (bits == 4 && first % 2 == 0) {
-      for (; i + width <= n; i += width) step(load_u4_codes(packed + (first + i) / 2));
+  // Level lookup: register permutes for up to 4 bits, a gather for 8.
+  template <class Use>
+  static std::size_t with_levels(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                                 const float* levels, Use&& use) noexcept {
+    if (bits <= 4) {
+      const small_table table(levels, bits);
+      return for_each_chunk(packed, first, n, bits, [&](std::size_t i, ints codes) { use(i, table(codes)); });
     }
-    scalar::axpy_codes(alpha, packed, first + i, n - i, bits, levels, acc + i);
+    return for_each_chunk(packed, first, n, bits,
+                          [&](std::size_t i, ints codes) { use(i, floats::gather(levels, codes)); });
+  }
+
+  static float dot_codes(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n,
+                         unsigned bits, const float* levels) noexcept {
+    floats sum(0.0f);
+    const std::size_t done = with_levels(packed, first, n, bits, levels, [&](std::size_t i, floats values) {
+      sum = fmadd(floats::load_unaligned(query + i), values, sum);
+    });
+    return xsimd::hadd(sum) + scalar::dot_codes(query + done, packed, first + done, n - done, bits, levels);
+  }
+
+  static void axpy_codes(float alpha, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                         const float* levels, float* acc) noexcept {
+    const floats weight(alpha);
+    const std::size_t done = with_levels(packed, first, n, bits, levels, [&](std::size_t i, floats values) {
+      fmadd(weight, values, floats::load_unaligned(acc + i)).store_unaligned(acc + i);
+    });
+    scalar::axpy_codes(alpha, packed, first + done, n - done, bits, levels, acc + done);
+  }
+
+  static float dot_raw_codes(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n,
+                             unsigned bits) noexcept {
+    floats sum(0.0f);
+    const std::size_t done = for_each_chunk(packed, first, n, bits, [&](std::size_t i, ints codes) {
+      sum = fmadd(floats::load_unaligned(query + i), xsimd::to_float(codes), sum);
+    });
+    return xsimd::hadd(sum) + scalar::dot_raw_codes(query + done, packed, first + done, n - done, bits);
+  }
+
+  static void axpy_raw_codes(float alpha, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                             float* acc) noexcept {
+    const floats weight(alpha);
+    const std::size_t done = for_each_chunk(packed, first, n, bits, [&](std::size_t i, ints codes) {
+      fmadd(weight, xsimd::to_float(codes), floats::load_unaligned(acc + i)).store_unaligned(acc + i);
+    });
+    scalar::axpy_raw_codes(alpha, packed, first + done, n - done, bits, acc + done);
+  }
+
+  static float absmax(const float* x, std::size_t n) noexcept {
+    floats m(0.0f);
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) m = xsimd::max(m, xsimd::abs(floats::load_unaligned(x + i)));
+    alignas(64) float lanes[width];
+    m.store_aligned(lanes);
+    return std::max(scalar::absmax(lanes, width), scalar::absmax(x + i, n - i));
+  }
+
+  static void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
+    if (n < width) return scalar::min_max(x, n, lo, hi);
+    floats a = floats::load_unaligned(x), b = a;
+    std::size_t i = width;
+    for (; i + width <= n; i += width) {
+      const floats v = floats::load_unaligned(x + i);
+      a = xsimd::min(a, v);
+      b = xsimd::max(b, v);
+    }
+    alignas(64) float lanes_lo[width], lanes_hi[width];
+    a.store_aligned(lanes_lo);
+    b.store_aligned(lanes_hi);
+    float tail_lo, tail_hi, ignored;
+    scalar::min_max(lanes_lo, width, lo, &ignored);
+    scalar::min_max(lanes_hi, width, &ignored, hi);
+    if (i < n) {
+      scalar::min_max(x + i, n - i, &tail_lo, &tail_hi);
+      *lo = std::min(*lo, tail_lo);
+      *hi = std::max(*hi, tail_hi);
+    }
+  }
+
+  static void decode_codes(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
+                           const float* levels, float scale, float zero, float* out) noexcept {
+    const floats scales(scale), zeros(zero);
+    // Multiply then add (not fma), to round exactly as the scalar reference does.
+    const std::size_t done = with_levels(packed, first, n, bits, levels, [&](std::size_t i, floats values) {
+      (scales * values + zeros).store_unaligned(out + i);
+    });
+    scalar::decode_codes(packed, first + done, n - done, bits, levels, scale, zero, out + done);
+  }
+
+  // Stores `width` codes (each < 2^bits) of 8 or 4 bits; 4-bit stores need `first` even.
+  static void store_codes(ints codes, unsigned bits, std::uint8_t* packed, std::size_t element) noexcept {
+    __m128i bytes; // the codes as bytes, in order
+    if constexpr (is_avx512) {
+      bytes = _mm512_cvtepi32_epi8(codes);
+    } else {
+      const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+      bytes = _mm_packus_epi16(words, words);
+    }
+    if (bits == 8) {
+      if constexpr (is_avx512)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element), bytes);
+      else
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
+      return;
+    }
+    // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
+    const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
+    const __m128i even_bytes =
+        _mm_shuffle_epi8(paired, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
+    if constexpr (is_avx512) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element / 2), even_bytes);
+    } else {
+      const std::int32_t four = _mm_cvtsi128_si32(even_bytes);
+      std::memcpy(packed + element / 2, &four, 4);
+    }
+  }
+
+  static bool vector_packable(unsigned bits, std::size_t first) noexcept {
+    return bits == 8 || (bits == 4 && first % 2 == 0);
+  }
+
+  static void encode_uniform(const float* x, std::size_t n, float scale, float zero, int offset, unsigned max_code,
+                             unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+    std::size_t i = 0;
+    if (scale != 0.0f && vector_packable(bits, first)) {
+      const floats scales(scale), zeros(zero), offsets(static_cast<float>(offset)), top(static_cast<float>(max_code)),
+          bottom(0.0f);
+      for (; i + width <= n; i += width) {
+        // Divide (not multiply by 1/scale) so codes equal the scalar reference bit for bit.
+        const floats q = xsimd::nearbyint((floats::load_unaligned(x + i) - zeros) / scales) + offsets;
+        store_codes(xsimd::to_int(xsimd::min(xsimd::max(q, bottom), top)), bits, packed, first + i);
+      }
+    }
+    scalar::encode_uniform(x + i, n - i, scale, zero, offset, max_code, bits, packed, first + i);
+  }
+
+  static void encode_nearest(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
+                             unsigned count, unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+    std::size_t i = 0;
+    if (vector_packable(bits, first)) {
+      const floats scales(scale), zeros(zero), one(1.0f), nothing(0.0f);
+      for (; i + width <= n; i += width) {
+        const floats y = scale == 0.0f ? nothing : (floats::load_unaligned(x + i) - zeros) / scales;
+        floats code(0.0f); // a small count, exact in float
+        for (unsigned j = 0; j < count; ++j) code += xsimd::select(floats(thresholds[j]) < y, one, nothing);
+        store_codes(xsimd::to_int(code), bits, packed, first + i);
+      }
+    }
+    scalar::encode_nearest(x + i, n - i, scale, zero, thresholds, count, bits, packed, first + i);
+  }
+
+  // --- Runs of records: the attention hot loop --------------------------------------
+
+  static float record_param(const record_format& f, const std::uint8_t* record, std::size_t group,
+                            unsigned which) noexcept {
+    const std::uint8_t* at = record + f.code_bytes() + (group * f.params_per_group + which) * (f.params_f32 ? 4 : 2);
+    if (f.params_f32) {
+      float value;
+      std::memcpy(&value, at, 4);
+      return value;
+    }
+    std::uint16_t half;
+    std::memcpy(&half, at, 2);
+    return _cvtsh_ss(half);
+  }
+
+  // Vector path: 8-bit codes in chunks of `width`, or 4-bit codes in blocks of 2 * width
+  // (one load of `width` bytes), with every group made of whole chunks or blocks.
+  static constexpr std::size_t max_split_head_dim = 1024;
+  static std::size_t block_elements(unsigned bits) noexcept { return bits == 4 ? 2 * width : width; }
+  static bool vector_records(const record_format& f) noexcept {
+    return (f.bits == 8 || f.bits == 4) && f.group_channels % block_elements(f.bits) == 0 &&
+           f.head_dim <= max_split_head_dim;
+  }
+
+  // A 4-bit block holds element 2k in the low and 2k+1 in the high nibble of byte k. The
+  // kernels work in "split order" (per block: the even elements, then the odd ones), so one
+  // byte load feeds two vectors; the query (or the accumulator) is split once per call.
+  static void split_block_order(const float* in, std::size_t n, float* out) noexcept {
+    for (std::size_t b = 0; b < n; b += 2 * width)
+      for (std::size_t k = 0; k < width; ++k) {
+        out[b + k] = in[b + 2 * k];
+        out[b + width + k] = in[b + 2 * k + 1];
+      }
+  }
+  static void merge_block_order(const float* in, std::size_t n, float* out) noexcept {
+    for (std::size_t b = 0; b < n; b += 2 * width)
+      for (std::size_t k = 0; k < width; ++k) {
+        out[b + 2 * k] = in[b + k];
+        out[b + 2 * k + 1] = in[b + width + k];
+      }
+  }
+
+  // Unscaled values of the block starting at element i: `first` (8-bit: the only one) and,
+  // for 4-bit blocks, `second` (the odd elements).
+  template <bool affine, unsigned bits>
+  static void block_values(const std::uint8_t* record, std::size_t i, const small_table& table, const float* levels,
+                           floats& first, floats& second) noexcept {
+    ints low, high;
+    if constexpr (bits == 8) {
+      low = load_u8_codes(record + i);
+    } else {
+      const ints bytes = load_u8_codes(record + i / 2);
+      low = bytes & ints(0xf);
+      if constexpr (is_avx512)
+        high = _mm512_srli_epi32(bytes, 4);
+      else
+        high = _mm256_srli_epi32(bytes, 4);
+    }
+    const auto decode = [&](ints codes) -> floats {
+      if constexpr (affine)
+        return xsimd::to_float(codes);
+      else if constexpr (bits == 4)
+        return table(codes);
+      else
+        return floats::gather(levels, codes);
+    };
+    first = decode(low);
+    if constexpr (bits == 4) second = decode(high);
+  }
+
+  template <bool affine, unsigned bits>
+  static void dot_coded_run(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
+                            std::size_t count, float* scores) noexcept {
+    const small_table table(f.levels, affine || bits > 4 ? 0 : bits); // only 4-bit tables live in registers
+    alignas(64) float split_query[max_split_head_dim];
+    if constexpr (bits == 4) {
+      split_block_order(query, f.head_dim, split_query);
+      query = split_query;
+    }
+    const std::size_t groups = f.groups(), step = block_elements(bits);
+    reduce_tokens(count, scores, [&](std::size_t t) {
+      const std::uint8_t* record = records + t * f.record_bytes;
+      floats total(0.0f);
+      float constant = 0.0f;
+      for (std::size_t g = 0; g < groups; ++g) {
+        const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
+        const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
+        floats group_sum(0.0f);
+        for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; i += step) {
+          floats first, second;
+          block_values<affine, bits>(record, i, table, f.levels, first, second);
+          group_sum = fmadd(floats::load_unaligned(query + i), first, group_sum);
+          if constexpr (bits == 4) group_sum = fmadd(floats::load_unaligned(query + i + width), second, group_sum);
+        }
+        total = fmadd(group_sum, floats(scale), total);
+        constant += (affine ? zero - scale * f.offset : zero) * sums[g];
+      }
+      return partial_dot{total, constant};
+    });
+  }
+
+  // The accumulator of a whole head (`Chunks` vectors) stays in registers across tokens;
+  // Chunks == 0 is the general case, accumulating in memory. 4-bit runs accumulate in
+  // split order and merge back at the end.
+  template <bool affine, unsigned bits, std::size_t Chunks>
+  static void axpy_coded_run(const record_format& f, const float* weights, const std::uint8_t* records,
+                             std::size_t count, float* acc, float* group_constants) noexcept {
+    const small_table table(f.levels, affine || bits > 4 ? 0 : bits);
+    alignas(64) float work[max_split_head_dim];
+    if constexpr (bits == 4)
+      split_block_order(acc, f.head_dim, work);
+    else
+      std::memcpy(work, acc, f.head_dim * sizeof(float));
+    const std::size_t groups = f.groups(), step = block_elements(bits);
+    floats registers[Chunks > 0 ? Chunks : 1];
+    if constexpr (Chunks > 0)
+      for (std::size_t k = 0; k < Chunks; ++k) registers[k] = floats::load_aligned(work + k * width);
+    const auto accumulate = [&](std::size_t chunk, floats alpha, floats values) {
+      if constexpr (Chunks > 0)
+        registers[chunk] = fmadd(alpha, values, registers[chunk]);
+      else
+        fmadd(alpha, values, floats::load_aligned(work + chunk * width)).store_aligned(work + chunk * width);
+    };
+    for (std::size_t t = 0; t < count; ++t) {
+      const std::uint8_t* record = records + t * f.record_bytes;
+      const float w = weights[t];
+      for (std::size_t g = 0; g < groups; ++g) {
+        const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
+        const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
+        const floats alpha(w * scale);
+        for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; i += step) {
+          floats first, second;
+          block_values<affine, bits>(record, i, table, f.levels, first, second);
+          accumulate(i / width, alpha, first);
+          if constexpr (bits == 4) accumulate(i / width + 1, alpha, second);
+        }
+        group_constants[g] += w * (affine ? zero - scale * f.offset : zero);
+      }
+    }
+    if constexpr (Chunks > 0)
+      for (std::size_t k = 0; k < Chunks; ++k) registers[k].store_aligned(work + k * width);
+    if constexpr (bits == 4)
+      merge_block_order(work, f.head_dim, acc);
+    else
+      std::memcpy(acc, work, f.head_dim * sizeof(float));
+  }
+
+  template <bool affine, unsigned bits>
+  static void axpy_coded(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
+                         float* acc, float* group_constants) noexcept {
+    switch (f.head_dim / width) {
+    case 4: return axpy_coded_run<affine, bits, 4>(f, weights, records, count, acc, group_constants);
+    case 8: return axpy_coded_run<affine, bits, 8>(f, weights, records, count, acc, group_constants);
+    case 16: return axpy_coded_run<affine, bits, 16>(f, weights, records, count, acc, group_constants);
+    default: return axpy_coded_run<affine, bits, 0>(f, weights, records, count, acc, group_constants);
+    }
+  }
+
+  static void dot_records(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
+                          std::size_t count, float* scores) noexcept {
+    const auto each_row = [&](auto dot) {
+      reduce_tokens(count, scores, [&](std::size_t t) { return dot(query, records + t * f.record_bytes, f.head_dim); });
+    };
+    switch (f.kind) {
+    case element_kind::f32: return each_row(dot_row_partial<&load_f32, 4, &scalar::load_f32>);
+    case element_kind::f16: return each_row(dot_row_partial<&load_f16, 2, &scalar::load_f16>);
+    case element_kind::bf16: return each_row(dot_row_partial<&load_bf16, 2, &scalar::load_bf16>);
+    case element_kind::affine_codes:
+    case element_kind::table_codes: break;
+    }
+    if (!vector_records(f)) return scalar::dot_records(f, query, sums, records, count, scores);
+    const bool affine = f.kind == element_kind::affine_codes;
+    if (f.bits == 8)
+      return affine ? dot_coded_run<true, 8>(f, query, sums, records, count, scores)
+                    : dot_coded_run<false, 8>(f, query, sums, records, count, scores);
+    return affine ? dot_coded_run<true, 4>(f, query, sums, records, count, scores)
+                  : dot_coded_run<false, 4>(f, query, sums, records, count, scores);
+  }
+
+  static void axpy_records(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
+                           float* acc, float* group_constants) noexcept {
+    const auto each_row = [&](auto axpy) {
+      for (std::size_t t = 0; t < count; ++t) axpy(weights[t], records + t * f.record_bytes, f.head_dim, acc);
+    };
+    switch (f.kind) {
+    case element_kind::f32: return each_row(axpy_row<&load_f32, 4, &scalar::load_f32>);
+    case element_kind::f16: return each_row(axpy_row<&load_f16, 2, &scalar::load_f16>);
+    case element_kind::bf16: return each_row(axpy_row<&load_bf16, 2, &scalar::load_bf16>);
+    case element_kind::affine_codes:
+    case element_kind::table_codes: break;
+    }
+    if (!vector_records(f)) return scalar::axpy_records(f, weights, records, count, acc, group_constants);
+    const bool affine = f.kind == element_kind::affine_codes;
+    if (f.bits == 8)
+      return affine ? axpy_coded<true, 8>(f, weights, records, count, acc, group_constants)
+                    : axpy_coded<false, 8>(f, weights, records, count, acc, group_constants);
+    return affine ? axpy_coded<true, 4>(f, weights, records, count, acc, group_constants)
+                  : axpy_coded<false, 4>(f, weights, records, count, acc, group_constants);
   }
 
   static constexpr kernel_table table(isa instruction_set) noexcept {
-    return {instruction_set,
-            &dot_codes,
-            &axpy_codes,
-            &dot_row<&load_f32, 4, &scalar::load_f32>,
-            &axpy_row<&load_f32, 4, &scalar::load_f32>,
-            &dot_row<&load_f16, 2, &scalar::load_f16>,
-            &axpy_row<&load_f16, 2, &scalar::load_f16>,
-            &dot_row<&load_bf16, 2, &scalar::load_bf16>,
-            &axpy_row<&load_bf16, 2, &scalar::load_bf16>};
+    return {.instruction_set = instruction_set,
+            .dot_codes = &dot_codes,
+            .axpy_codes = &axpy_codes,
+            .dot_raw_codes = &dot_raw_codes,
+            .axpy_raw_codes = &axpy_raw_codes,
+            .absmax = &absmax,
+            .min_max = &min_max,
+            .decode_codes = &decode_codes,
+            .encode_uniform = &encode_uniform,
+            .encode_nearest = &encode_nearest,
+            .dot_records = &dot_records,
+            .axpy_records = &axpy_records,
+            .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
+            .axpy_f32 = &axpy_row<&load_f32, 4, &scalar::load_f32>,
+            .dot_f16 = &dot_row<&load_f16, 2, &scalar::load_f16>,
+            .axpy_f16 = &axpy_row<&load_f16, 2, &scalar::load_f16>,
+            .dot_bf16 = &dot_row<&load_bf16, 2, &scalar::load_bf16>,
+            .axpy_bf16 = &axpy_row<&load_bf16, 2, &scalar::load_bf16>};
   }
 };
 

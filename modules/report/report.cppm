@@ -42,11 +42,11 @@ inline std::string json_number(double value) { return std::isfinite(value) ? for
 // A flat JSON object, fields in insertion order.
 class json_object {
 public:
-  json_object &add(std::string_view key, double value) { return raw(key, json_number(value)); }
-  json_object &add(std::string_view key, std::size_t value) { return raw(key, std::to_string(value)); }
-  json_object &add(std::string_view key, std::string_view value) { return raw(key, json_string(value)); }
-  json_object &add(std::string_view key, const char *value) { return raw(key, json_string(value)); }
-  json_object &raw(std::string_view key, std::string json) {
+  json_object& add(std::string_view key, double value) { return raw(key, json_number(value)); }
+  json_object& add(std::string_view key, std::size_t value) { return raw(key, std::to_string(value)); }
+  json_object& add(std::string_view key, std::string_view value) { return raw(key, json_string(value)); }
+  json_object& add(std::string_view key, const char* value) { return raw(key, json_string(value)); }
+  json_object& raw(std::string_view key, std::string json) {
     fields_.emplace_back(std::string(key), std::move(json));
     return *this;
   }
@@ -73,15 +73,15 @@ struct text_table {
     std::string out = line(header, widths) + "|";
     for (std::size_t c = 0; c < header.size(); ++c) out += std::string(widths[c] + 1, '-') + (numeric(c) ? ":|" : "-|");
     out += "\n";
-    for (const auto &row : rows) out += line(row, widths);
+    for (const auto& row : rows) out += line(row, widths);
     return out;
   }
 
 private:
   bool numeric(std::size_t column) const {
-    return !rows.empty() && std::ranges::all_of(rows, [&](const auto &row) {
+    return !rows.empty() && std::ranges::all_of(rows, [&](const auto& row) {
       double value;
-      const auto &cell = row[column];
+      const auto& cell = row[column];
       const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
       return ec == std::errc{} && ptr == cell.data() + cell.size();
     });
@@ -90,11 +90,11 @@ private:
     std::vector<std::size_t> widths(header.size());
     for (std::size_t c = 0; c < header.size(); ++c) {
       widths[c] = header[c].size();
-      for (const auto &row : rows) widths[c] = std::max(widths[c], row[c].size());
+      for (const auto& row : rows) widths[c] = std::max(widths[c], row[c].size());
     }
     return widths;
   }
-  std::string line(const std::vector<std::string> &cells, const std::vector<std::size_t> &widths) const {
+  std::string line(const std::vector<std::string>& cells, const std::vector<std::size_t>& widths) const {
     std::string out = "|";
     for (std::size_t c = 0; c < cells.size(); ++c) {
       const std::string fill(widths[c] - cells[c].size(), ' ');

@@ -11,14 +11,16 @@ import kvlab.core;
 
 export namespace kvlab {
 
+using kernels::element_kind;
 using kernels::isa;
 using kernels::isa_name;
 using kernels::kernel_table;
+using kernels::record_format;
 
 inline bool cpu_supports(isa instruction_set) noexcept { return kernels::cpu_supports(instruction_set); }
 
 // The kernel table of one ISA; throws if this CPU cannot run it.
-inline const kernel_table &kernels_for(isa instruction_set) {
+inline const kernel_table& kernels_for(isa instruction_set) {
   if (!kernels::cpu_supports(instruction_set))
     throw error("this CPU cannot run the " + std::string(isa_name(instruction_set)) + " kernels");
   switch (instruction_set) {
@@ -35,21 +37,17 @@ inline isa parse_isa(std::string_view name) {
   throw error("unknown instruction set '" + std::string(name) + "'; allowed: scalar, avx2, avx512");
 }
 
-// Best ISA of this CPU, unless the environment variable KVLAB_ISA names one.
-inline const kernel_table &active_kernels() {
-  static const kernel_table &table = [&]() -> const kernel_table & {
-    if (const char *forced = std::getenv("KVLAB_ISA"); forced && *forced) {
-      try {
-        return kernels_for(parse_isa(forced));
-      } catch (const error &e) {
-        throw error(std::string("KVLAB_ISA: ") + e.what());
-      }
+// Best ISA of this CPU, unless the environment variable KVLAB_ISA names one (checked here,
+// so a wrong name is an error rather than a silent fallback).
+inline const kernel_table& active_kernels() {
+  if (const char* forced = std::getenv("KVLAB_ISA"); forced && *forced) {
+    try {
+      kernels_for(parse_isa(forced));
+    } catch (const error& e) {
+      throw error(std::string("KVLAB_ISA: ") + e.what());
     }
-    for (const isa candidate : {isa::avx512, isa::avx2})
-      if (kernels::cpu_supports(candidate)) return kernels_for(candidate);
-    return kernels::scalar_kernels();
-  }();
-  return table;
+  }
+  return kernels::active_kernels();
 }
 
 } // namespace kvlab

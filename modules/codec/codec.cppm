@@ -1,0 +1,95 @@
+// kvlab.codec: quantize and dequantize one array of token vectors ([tokens][head_dim]) at
+// any granularity, including groups that span tokens (channel(G), tensor), and measure the
+// reconstruction error. The reference path of `kvlab codec` and of the distortion experiment.
+module;
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+export module kvlab.codec;
+import kvlab.core;
+
+export namespace kvlab {
+
+struct codec_stats {
+  double mse = 0.0;    // mean squared error per element
+  double snr_db = 0.0; // 10 log10(signal power / mse)
+  double max_abs_error = 0.0;
+  double relative_rmse = 0.0;    // sqrt(mse / signal power)
+  double bits_per_element = 0.0; // codes plus stored parameters, exactly
+  std::size_t groups = 0;
+};
+
+struct codec_output {
+  std::vector<float> decoded;
+  codec_stats stats;
+};
+
+// Groups of `shape` tile the array: shape.tokens tokens (0: all of them; a last, shorter
+// block keeps the tokens that remain) by shape.channels channels. Each group is fitted,
+// its parameters rounded to `precision`, every value encoded and decoded with the
+// quantizer's own reference functions.
+inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_shape shape, param_precision precision,
+                                        std::span<const float> values, std::size_t tokens, std::size_t head_dim) {
+  if (tokens == 0 || head_dim == 0 || values.size() != tokens * head_dim)
+    throw error("codec: " + std::to_string(values.size()) + " values are not " + std::to_string(tokens) + " tokens x " +
+                std::to_string(head_dim) + " channels");
+  if (shape.channels == 0 || head_dim % shape.channels != 0)
+    throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide head_dim " +
+                std::to_string(head_dim));
+  // NaN/Inf policy: rejected with its position; no codec represents them faithfully.
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      throw error("codec input holds a non-finite value (" + std::to_string(values[i]) + ") at token " +
+                  std::to_string(i / head_dim) + ", channel " + std::to_string(i % head_dim));
+  std::vector<float> work(values.begin(), values.end());
+  if (quantizer.rotates())
+    for (std::size_t t = 0; t < tokens; ++t) quantizer.rotate(std::span(work).subspan(t * head_dim, head_dim));
+
+  const std::size_t block = shape.tokens == 0 ? tokens : shape.tokens;
+  std::vector<float> group;
+  std::vector<std::uint32_t> codes;
+  std::vector<float> decoded(work.size());
+  std::size_t groups = 0;
+  for (std::size_t t0 = 0; t0 < tokens; t0 += block) {
+    const std::size_t t1 = std::min(tokens, t0 + block);
+    for (std::size_t c0 = 0; c0 < head_dim; c0 += shape.channels) {
+      group.clear();
+      for (std::size_t t = t0; t < t1; ++t)
+        for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * head_dim + c]);
+      const group_params p = stored_params(quantizer.fit(group), precision, quantizer.name());
+      codes.resize(group.size());
+      quantizer.encode(group, p, codes);
+      std::size_t i = 0;
+      for (std::size_t t = t0; t < t1; ++t)
+        for (std::size_t c = c0; c < c0 + shape.channels; ++c)
+          decoded[t * head_dim + c] = quantizer.decode(codes[i++], p);
+      ++groups;
+    }
+  }
+  if (quantizer.rotates())
+    for (std::size_t t = 0; t < tokens; ++t) quantizer.unrotate(std::span(decoded).subspan(t * head_dim, head_dim));
+
+  codec_output out{std::move(decoded), {}};
+  double error = 0.0, signal = 0.0, worst = 0.0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double d = double{out.decoded[i]} - double{values[i]};
+    error += d * d;
+    signal += double{values[i]} * double{values[i]};
+    worst = std::max(worst, std::fabs(d));
+  }
+  const double n = static_cast<double>(values.size());
+  const double param_bits = precision == param_precision::f32 ? 32.0 : 16.0;
+  out.stats = {.mse = error / n,
+               .snr_db = 10.0 * std::log10(signal / error),
+               .max_abs_error = worst,
+               .relative_rmse = signal == 0.0 ? 0.0 : std::sqrt(error / signal),
+               .bits_per_element =
+                   quantizer.bits() + static_cast<double>(groups * quantizer.params_per_group()) * param_bits / n,
+               .groups = groups};
+  return out;
+}
+
+} // namespace kvlab

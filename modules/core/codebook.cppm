@@ -1,0 +1,64 @@
+// Helpers for codebook quantizers: the encoding rules fused kernels understand, and the
+// group statistics parameter fitting uses.
+module;
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+export module kvlab.core:codebook;
+
+export namespace kvlab {
+
+// How a quantizer picks codes, when kernels can do it for a whole group at once.
+enum class encoding_kind {
+  per_element, // only the quantizer's own encode() knows (e.g. fp8's sign-magnitude search)
+  uniform,     // code = clamp(round_to_even((x - zero) / scale) + offset, 0, max_code); offset if scale == 0
+  nearest      // code = number of thresholds below (x - zero) / scale (0 if scale == 0); levels ascending
+};
+
+struct encoding_rule {
+  encoding_kind kind = encoding_kind::per_element;
+  int offset = 0;                    // uniform
+  unsigned max_code = 0;             // uniform
+  std::span<const float> thresholds; // nearest: midpoints between adjacent ascending levels
+};
+
+// Midpoints between adjacent levels of an ascending codebook: the decision thresholds of
+// nearest-level encoding (a value exactly on a threshold goes to the lower level).
+template <std::size_t N>
+constexpr std::array<float, N - 1> midpoints(const std::array<float, N>& levels) {
+  std::array<float, N - 1> out{};
+  for (std::size_t i = 0; i + 1 < N; ++i) out[i] = (levels[i] + levels[i + 1]) / 2;
+  return out;
+}
+
+inline std::uint32_t count_below(std::span<const float> thresholds, float y) noexcept {
+  return static_cast<std::uint32_t>(std::ranges::count_if(thresholds, [y](float t) { return t < y; }));
+}
+
+// Group statistics through the fastest kernels this CPU runs; max and min are exact, so
+// the result does not depend on which.
+inline float absmax(std::span<const float> group) noexcept {
+  return kernels::active_kernels().absmax(group.data(), group.size());
+}
+
+inline std::pair<float, float> min_max(std::span<const float> group) noexcept {
+  float lo, hi;
+  kernels::active_kernels().min_max(group.data(), group.size(), &lo, &hi);
+  return {lo, hi};
+}
+
+// Accumulated in double so the scale does not depend on summation order noise.
+inline float root_mean_square(std::span<const float> group) noexcept {
+  if (group.empty()) return 0.0f;
+  double squares = 0.0;
+  for (const float x : group) squares += double{x} * double{x};
+  return static_cast<float>(std::sqrt(squares / static_cast<double>(group.size())));
+}
+
+} // namespace kvlab

@@ -1,0 +1,34 @@
+// channel(G): one channel over G consecutive tokens shares parameters (per-channel key
+// quantization). A group is complete only when G tokens have arrived.
+// Paper: KIVI, arXiv 2402.02750, sec. 3.2 (keys per channel, values per token).
+module;
+#include <cstddef>
+#include <string>
+export module kvlab.strategies.channel;
+import kvlab.core;
+
+export namespace kvlab::strategies::channel {
+
+struct per_channel {
+  using component_concept = granularity_tag;
+  std::size_t tokens;
+  std::string name() const { return "channel(" + std::to_string(tokens) + ")"; }
+  kvlab::group_shape group_shape(std::size_t) const { return {.tokens = tokens, .channels = 1}; }
+};
+static_assert(Granularity<per_channel>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "channel",
+                  .usage = "channel(G)",
+                  .summary = "one channel over G tokens",
+                  .paper = "arXiv 2402.02750 sec. 3.2",
+                  .examples = {"channel(32)"}},
+                 registry::granularity_factory([](const strategy_args& args) {
+                   args.expect_arguments(1, "channel(G)");
+                   const auto tokens = args.number<std::size_t>(0, "group length G (tokens)");
+                   if (tokens == 0) throw error("'" + args.text + "': group length must be positive");
+                   return any_granularity(per_channel{tokens});
+                 }));
+}
+
+} // namespace kvlab::strategies::channel

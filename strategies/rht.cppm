@@ -1,0 +1,102 @@
+// rht(Q) / rht(Q,seed): randomized Hadamard rotation before quantizer Q. Each token vector
+// is multiplied by random signs and by a normalized Walsh-Hadamard matrix, which spreads
+// outlier channels over all coordinates and makes them close to Gaussian, so a Gaussian
+// codebook (lloyd<b>) is near-optimal. Rotation is orthogonal: attention rotates the query
+// instead of decoding the keys, and un-rotates the weighted value sum once.
+// A head_dim that is not a power of two is split into power-of-two blocks (its binary
+// expansion, largest first: 96 = 64 + 32), each rotated on its own; nothing is padded, so
+// storage is unchanged, at the cost of no mixing across blocks.
+// Paper: TurboQuant, arXiv 2504.19874, sec. 3 (random rotation then scalar codebook);
+// QuaRot, arXiv 2404.00456, sec. 3 (randomized Hadamard for KV caches).
+module;
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+export module kvlab.strategies.rht;
+import kvlab.core;
+
+export namespace kvlab::strategies::rht {
+
+// In-place normalized fast Walsh-Hadamard transform of a power-of-two block (self-inverse).
+inline void walsh_hadamard(std::span<float> block) {
+  for (std::size_t half = 1; half < block.size(); half *= 2)
+    for (std::size_t start = 0; start < block.size(); start += 2 * half)
+      for (std::size_t i = start; i < start + half; ++i) {
+        const float a = block[i], b = block[i + half];
+        block[i] = a + b;
+        block[i + half] = a - b;
+      }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(block.size()));
+  for (float& x : block) x *= norm;
+}
+
+class randomized_hadamard {
+public:
+  using component_concept = quantizer_tag;
+  randomized_hadamard(any_quantizer inner, std::uint64_t seed) : inner_(std::move(inner)), seed_(seed) {}
+
+  std::string name() const {
+    return "rht(" + inner_.name() + (seed_ == default_seed ? "" : "," + std::to_string(seed_)) + ")";
+  }
+  unsigned bits() const { return inner_.bits(); }
+  unsigned params_per_group() const { return inner_.params_per_group(); }
+  element_format format() const { return inner_.format(); }
+  std::span<const float> levels() const { return inner_.levels(); }
+  encoding_rule encoding() const { return inner_.encoding(); }
+  group_params fit(std::span<const float> group) const { return inner_.fit(group); }
+  std::uint32_t encode(float x, group_params p) const { return inner_.encode(x, p); }
+  float decode(std::uint32_t code, group_params p) const { return inner_.decode(code, p); }
+
+  void rotate(std::span<float> token) const {
+    for (std::size_t i = 0; i < token.size(); ++i) token[i] *= sign(i);
+    for_each_block(token, walsh_hadamard);
+    inner_.rotate(token);
+  }
+  void unrotate(std::span<float> token) const {
+    inner_.unrotate(token);
+    for_each_block(token, walsh_hadamard);
+    for (std::size_t i = 0; i < token.size(); ++i) token[i] *= sign(i);
+  }
+
+  static constexpr std::uint64_t default_seed = 0;
+
+private:
+  float sign(std::size_t index) const {
+    random_stream bits(seed_, index);
+    return (bits.next() >> 63) ? -1.0f : 1.0f;
+  }
+  template <class F>
+  static void for_each_block(std::span<float> token, F&& transform) {
+    std::size_t start = 0;
+    while (start < token.size()) {
+      const std::size_t length = std::bit_floor(token.size() - start);
+      transform(token.subspan(start, length));
+      start += length;
+    }
+  }
+
+  any_quantizer inner_;
+  std::uint64_t seed_;
+};
+static_assert(Quantizer<randomized_hadamard>);
+static_assert(rotates_tokens<randomized_hadamard>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "rht",
+                  .usage = "rht(Q) or rht(Q,seed)",
+                  .summary = "randomized Hadamard rotation before quantizer Q",
+                  .paper = "arXiv 2504.19874 sec. 3; arXiv 2404.00456 sec. 3",
+                  .examples = {"rht(lloyd2)", "rht(int4,7)"}},
+                 registry::quantizer_factory([](const strategy_args& args) {
+                   if (args.args.empty() || args.args.size() > 2)
+                     throw error("'" + args.text +
+                                 "' takes a quantizer and an optional seed (usage: rht(Q) or rht(Q,seed))");
+                   const std::uint64_t seed = args.args.size() == 2 ? args.number<std::uint64_t>(1, "seed")
+                                                                    : randomized_hadamard::default_seed;
+                   return any_quantizer(randomized_hadamard{args.components->make_quantizer(args.args[0]), seed});
+                 }));
+}
+
+} // namespace kvlab::strategies::rht
