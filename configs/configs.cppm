@@ -1,4 +1,6 @@
 // kvlab.configs: recipes and experiments written in C++, one file per paper or table.
 export module kvlab.configs;
 export import :baselines;
+export import :recipe_table;
+export import :quantizer_distortion;
 export import :experiments;

@@ -1,10 +1,13 @@
 // The `kvlab` command: evaluate a recipe, list strategies, run an experiment.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <utility>
 #include <vector>
 import kvlab;
 
@@ -13,8 +16,14 @@ namespace {
 constexpr std::string_view usage = R"(usage:
   kvlab eval --recipe RECIPE --data SPEC [--decode-steps N] [--json]
       Compress SPEC's keys and values with RECIPE and report attention fidelity and bytes.
-  kvlab run NAME [--json]
+  kvlab run NAME [--format md|tex|csv|json]
       Run the experiment NAME from configs/ and print its table ('kvlab list' shows names).
+  kvlab codec --quantizer Q --granularity G --in X.npy --out Y.npy [--scale f16|f32] [--json]
+      Quantize and dequantize a float .npy of shape [T, D], [H, T, D] or [L, H, T, D] (each
+      head its own stream), write the result with the same shape, report MSE, SNR, max error
+      and bits per element.
+  kvlab export --data SPEC --out DIR
+      Write SPEC's keys, values and queries as DIR/K.npy, V.npy, Q.npy ([L, H, T, D]).
   kvlab list
       Every registered strategy, baseline recipe and experiment.
 
@@ -52,18 +61,6 @@ struct options {
   }
 };
 
-std::vector<std::string> result_row(const kvlab::eval_result& r) {
-  using kvlab::format_significant;
-  return {r.recipe, format_significant(r.attn_rel_l2.mean), format_significant(r.attn_rel_l2.p99),
-          format_significant(r.attn_cosine.mean), format_significant(r.bytes_per_token, 6)};
-}
-
-kvlab::text_table results_table(const std::vector<kvlab::eval_result>& results) {
-  kvlab::text_table table{{"recipe", "attn_rel_l2", "attn_rel_l2_p99", "attn_cosine", "bytes_per_token"}, {}};
-  for (const auto& r : results) table.rows.push_back(result_row(r));
-  return table;
-}
-
 int eval_command(int argc, char** argv) {
   const options opts(argc, argv, {"--recipe", "--data", "--decode-steps"}, {"--json"});
   if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
@@ -79,13 +76,20 @@ int eval_command(int argc, char** argv) {
   } else {
     std::cout << "data: " << result.data << " (" << result.decode_steps << " decode steps, " << result.isa
               << " kernels)\n\n"
-              << results_table({result}).markdown();
+              << kvlab::configs::eval_table({result}).markdown();
   }
   return 0;
 }
 
+std::string render(const kvlab::text_table& table, const std::string& format) {
+  if (format == "md") return table.markdown();
+  if (format == "tex") return table.latex();
+  if (format == "csv") return table.csv();
+  throw kvlab::error("--format must be md, tex, csv or json, not '" + format + "'");
+}
+
 int run_command(int argc, char** argv) {
-  const options opts(argc, argv, {}, {"--json"});
+  const options opts(argc, argv, {"--format"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab run takes one experiment name");
   const auto& all = kvlab::configs::experiments();
   const auto found = std::ranges::find(all, opts.positional[0], &kvlab::configs::experiment::name);
@@ -94,24 +98,81 @@ int run_command(int argc, char** argv) {
     for (const auto& e : all) names += (names.empty() ? "" : ", ") + e.name;
     throw kvlab::error("unknown experiment '" + opts.positional[0] + "'; allowed: " + names);
   }
+  const std::string format = opts.has("--format") ? opts.required("--format") : "md";
+  if (format != "json") render({}, format); // reject a bad format before the run, not after
+  std::clog << "experiment " << found->name << ": " << found->description << "\n";
+  const auto output = found->run(kvlab::builtin_registry());
+  std::cout << (format == "json" ? output.json : render(output.table, format));
+  return 0;
+}
+
+int codec_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--quantizer", "--granularity", "--in", "--out", "--scale"}, {"--json"});
+  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
   const auto& components = kvlab::builtin_registry();
-  const kvlab::kv_data data = kvlab::load_data(found->data);
-  std::vector<kvlab::eval_result> results;
-  for (const auto& recipe : found->recipes) {
-    std::cerr << "  evaluating " << kvlab::canonical_name(recipe) << "\n";
-    results.push_back(kvlab::evaluate(kvlab::normalized(recipe, components), data, components,
-                                      {.decode_steps = found->decode_steps}));
+  const auto quantizer = components.make_quantizer(opts.required("--quantizer"));
+  const auto granularity = components.make_granularity(opts.required("--granularity"));
+  const std::string scale = opts.has("--scale") ? opts.required("--scale") : "f16";
+  if (scale != "f16" && scale != "f32") throw kvlab::error("--scale must be f16 or f32");
+  const std::string in = opts.required("--in"), out = opts.required("--out");
+  const kvlab::npy_array array = kvlab::read_npy(in);
+  if (array.shape.size() < 2 || array.shape.size() > 4) {
+    std::string shape;
+    for (const auto d : array.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw kvlab::error(in + ": expected shape [T, D], [H, T, D] or [L, H, T, D], found [" + shape + "]");
   }
+  std::size_t heads = 1; // every leading dimension is a separate stream
+  for (std::size_t d = 0; d + 2 < array.shape.size(); ++d) heads *= array.shape[d];
+  const std::size_t tokens = array.shape[array.shape.size() - 2], head_dim = array.shape.back();
+  kvlab::group_shape shape;
+  try {
+    shape = granularity.group_shape(head_dim);
+  } catch (const kvlab::error& e) {
+    throw kvlab::error(in + " (head_dim " + std::to_string(head_dim) + "): " + e.what());
+  }
+  const auto result = kvlab::quantize_dequantize(
+      quantizer, shape, scale == "f32" ? kvlab::param_precision::f32 : kvlab::param_precision::f16, array.values,
+      tokens, head_dim, heads);
+  kvlab::write_npy(out, array.shape, result.decoded);
+  const auto& st = result.stats;
   if (opts.has("--json")) {
-    std::cout << "[";
-    for (std::size_t i = 0; i < results.size(); ++i) std::cout << (i ? ",\n" : "\n") << kvlab::to_json(results[i]);
-    std::cout << "\n]\n";
+    std::cout << kvlab::json_object()
+                     .add("quantizer", quantizer.name())
+                     .add("granularity", granularity.name())
+                     .add("in", in)
+                     .add("out", out)
+                     .add("mse", st.mse)
+                     .add("snr_db", st.snr_db)
+                     .add("max_abs_error", st.max_abs_error)
+                     .add("relative_rmse", st.relative_rmse)
+                     .add("bits_per_element", st.bits_per_element)
+                     .str()
+              << "\n";
   } else {
-    std::cout << "experiment " << found->name << ": " << found->description << "\n"
-              << "data: " << found->data << " (" << found->decode_steps << " decode steps, " << results.front().isa
-              << " kernels)\n\n"
-              << results_table(results).markdown();
+    kvlab::text_table table{{"quantizer", "granularity", "MSE", "SNR (dB)", "max abs error", "bits/element"}, {}};
+    table.rows.push_back({quantizer.name(), granularity.name(), kvlab::format_significant(st.mse),
+                          kvlab::format_significant(st.snr_db), kvlab::format_significant(st.max_abs_error),
+                          kvlab::format_significant(st.bits_per_element, 6)});
+    std::cout << table.markdown();
   }
+  return 0;
+}
+
+int export_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--data", "--out"}, {});
+  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  const kvlab::kv_data data = kvlab::load_data(opts.required("--data"));
+  const std::filesystem::path dir = opts.required("--out");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw kvlab::error("cannot create directory " + dir.string() + ": " + ec.message());
+  for (const auto& [name, tensor] :
+       {std::pair{"K.npy", &data.keys}, {"V.npy", &data.values}, {"Q.npy", &data.queries}}) {
+    const auto& s = tensor->shape();
+    const std::size_t shape[] = {s.layers, s.heads, s.tokens, s.head_dim};
+    kvlab::write_npy(dir / name, shape, tensor->values());
+  }
+  std::cout << "wrote K.npy, V.npy, Q.npy to " << dir.string() << "\n";
   return 0;
 }
 
@@ -126,9 +187,8 @@ int list_command(int argc, char** argv) {
   for (const auto& b : kvlab::configs::baselines())
     recipes.rows.push_back({b.label, kvlab::canonical_name(b.value), b.reference});
   std::cout << "\nRecipes\n\n" << recipes.markdown();
-  kvlab::text_table experiments{{"experiment", "recipes", "data", "what it is"}, {}};
-  for (const auto& e : kvlab::configs::experiments())
-    experiments.rows.push_back({e.name, std::to_string(e.recipes.size()), e.data, e.description});
+  kvlab::text_table experiments{{"experiment", "what it is"}, {}};
+  for (const auto& e : kvlab::configs::experiments()) experiments.rows.push_back({e.name, e.description});
   std::cout << "\nExperiments\n\n" << experiments.markdown();
   return 0;
 }
@@ -141,6 +201,8 @@ int main(int argc, char** argv) {
     if (command == "eval") return eval_command(argc, argv);
     if (command == "run") return run_command(argc, argv);
     if (command == "list") return list_command(argc, argv);
+    if (command == "codec") return codec_command(argc, argv);
+    if (command == "export") return export_command(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       std::cout << usage;
       return 0;

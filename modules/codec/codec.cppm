@@ -27,50 +27,56 @@ struct codec_output {
   codec_stats stats;
 };
 
-// Groups of `shape` tile the array: shape.tokens tokens (0: all of them; a last, shorter
-// block keeps the tokens that remain) by shape.channels channels. Each group is fitted,
-// its parameters rounded to `precision`, every value encoded and decoded with the
-// quantizer's own reference functions.
+// `values` holds `streams` independent streams (heads) of tokens x head_dim each. In each
+// stream, groups of `shape` tile the array: shape.tokens tokens (0: all of them; a last,
+// shorter block keeps the tokens that remain) by shape.channels channels. Each group is
+// fitted, its parameters rounded to `precision`, every value encoded and decoded with the
+// quantizer's own reference functions. Statistics cover all streams.
 inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_shape shape, param_precision precision,
-                                        std::span<const float> values, std::size_t tokens, std::size_t head_dim) {
-  if (tokens == 0 || head_dim == 0 || values.size() != tokens * head_dim)
-    throw error("codec: " + std::to_string(values.size()) + " values are not " + std::to_string(tokens) + " tokens x " +
-                std::to_string(head_dim) + " channels");
+                                        std::span<const float> values, std::size_t tokens, std::size_t head_dim,
+                                        std::size_t streams = 1) {
+  if (streams == 0 || tokens == 0 || head_dim == 0 || values.size() != streams * tokens * head_dim)
+    throw error("codec: " + std::to_string(values.size()) + " values are not " + std::to_string(streams) +
+                " streams x " + std::to_string(tokens) + " tokens x " + std::to_string(head_dim) + " channels");
   if (shape.channels == 0 || head_dim % shape.channels != 0)
     throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide head_dim " +
                 std::to_string(head_dim));
   // NaN/Inf policy: rejected with its position; no codec represents them faithfully.
   for (std::size_t i = 0; i < values.size(); ++i)
     if (!std::isfinite(values[i]))
-      throw error("codec input holds a non-finite value (" + std::to_string(values[i]) + ") at token " +
-                  std::to_string(i / head_dim) + ", channel " + std::to_string(i % head_dim));
+      throw error("codec input holds a non-finite value (" + std::to_string(values[i]) + ") at " +
+                  (streams > 1 ? "head " + std::to_string(i / head_dim / tokens) + ", " : std::string()) + "token " +
+                  std::to_string(i / head_dim % tokens) + ", channel " + std::to_string(i % head_dim));
+  const std::size_t rows = streams * tokens;
   std::vector<float> work(values.begin(), values.end());
   if (quantizer.rotates())
-    for (std::size_t t = 0; t < tokens; ++t) quantizer.rotate(std::span(work).subspan(t * head_dim, head_dim));
+    for (std::size_t r = 0; r < rows; ++r) quantizer.rotate(std::span(work).subspan(r * head_dim, head_dim));
 
   const std::size_t block = shape.tokens == 0 ? tokens : shape.tokens;
   std::vector<float> group;
   std::vector<std::uint32_t> codes;
   std::vector<float> decoded(work.size());
   std::size_t groups = 0;
-  for (std::size_t t0 = 0; t0 < tokens; t0 += block) {
-    const std::size_t t1 = std::min(tokens, t0 + block);
-    for (std::size_t c0 = 0; c0 < head_dim; c0 += shape.channels) {
-      group.clear();
-      for (std::size_t t = t0; t < t1; ++t)
-        for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * head_dim + c]);
-      const group_params p = stored_params(quantizer.fit(group), precision, quantizer.name());
-      codes.resize(group.size());
-      quantizer.encode(group, p, codes);
-      std::size_t i = 0;
-      for (std::size_t t = t0; t < t1; ++t)
-        for (std::size_t c = c0; c < c0 + shape.channels; ++c)
-          decoded[t * head_dim + c] = quantizer.decode(codes[i++], p);
-      ++groups;
+  for (std::size_t s0 = 0; s0 < rows; s0 += tokens) { // one stream at a time
+    for (std::size_t t0 = s0; t0 < s0 + tokens; t0 += block) {
+      const std::size_t t1 = std::min(s0 + tokens, t0 + block);
+      for (std::size_t c0 = 0; c0 < head_dim; c0 += shape.channels) {
+        group.clear();
+        for (std::size_t t = t0; t < t1; ++t)
+          for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * head_dim + c]);
+        const group_params p = stored_params(quantizer.fit(group), precision, quantizer.name());
+        codes.resize(group.size());
+        quantizer.encode(group, p, codes);
+        std::size_t i = 0;
+        for (std::size_t t = t0; t < t1; ++t)
+          for (std::size_t c = c0; c < c0 + shape.channels; ++c)
+            decoded[t * head_dim + c] = quantizer.decode(codes[i++], p);
+        ++groups;
+      }
     }
   }
   if (quantizer.rotates())
-    for (std::size_t t = 0; t < tokens; ++t) quantizer.unrotate(std::span(decoded).subspan(t * head_dim, head_dim));
+    for (std::size_t r = 0; r < rows; ++r) quantizer.unrotate(std::span(decoded).subspan(r * head_dim, head_dim));
 
   codec_output out{std::move(decoded), {}};
   double error = 0.0, signal = 0.0, worst = 0.0;

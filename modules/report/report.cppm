@@ -77,7 +77,62 @@ struct text_table {
     return out;
   }
 
+  // booktabs LaTeX: numeric columns right-aligned, text escaped.
+  std::string latex() const {
+    std::string spec, out;
+    for (std::size_t c = 0; c < header.size(); ++c) spec += numeric(c) ? "r" : "l";
+    out = "\\begin{tabular}{" + spec + "}\n\\toprule\n" + latex_line(header) + "\\midrule\n";
+    for (const auto& row : rows) out += latex_line(row);
+    return out + "\\bottomrule\n\\end{tabular}\n";
+  }
+
+  std::string csv() const {
+    std::string out = csv_line(header);
+    for (const auto& row : rows) out += csv_line(row);
+    return out;
+  }
+
 private:
+  static std::string latex_escape(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+      switch (c) {
+      case '_':
+      case '%':
+      case '&':
+      case '#':
+      case '$':
+      case '{':
+      case '}':
+        out += '\\';
+        out += c;
+        break;
+      case '<': out += "$<$"; break;
+      case '>': out += "$>$"; break;
+      case '^': out += "\\^{}"; break;
+      case '~': out += "\\~{}"; break;
+      case '\\': out += "\\textbackslash{}"; break;
+      default: out += c;
+      }
+    }
+    return out;
+  }
+  static std::string latex_line(const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < cells.size(); ++c) out += (c ? " & " : "") + latex_escape(cells[c]);
+    return out + " \\\\\n";
+  }
+  static std::string csv_line(const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const bool quote = cells[c].find_first_of(",\"\n") != std::string::npos;
+      std::string cell;
+      for (const char ch : cells[c]) cell += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+      out += (c ? "," : "") + (quote ? "\"" + cell + "\"" : cell);
+    }
+    return out + "\n";
+  }
+
   bool numeric(std::size_t column) const {
     return !rows.empty() && std::ranges::all_of(rows, [&](const auto& row) {
       double value;
