@@ -75,7 +75,7 @@ public:
                 .params_per_group = quantizer_.params_per_group(),
                 .param_bytes = precision == param_precision::f32 ? std::size_t{4} : std::size_t{2}},
         precision_(precision), store_(storage.make_store(layout_.bytes())), codes_(head_dim), record_(layout_.bytes()),
-        rotated_(head_dim) {
+        rotated_(head_dim), name_(quantizer_.name()), rule_(quantizer_.encoding()) {
     format_ = {.kind = element_kind_of(quantizer_),
                .record_bytes = layout_.bytes(),
                .head_dim = head_dim,
@@ -114,11 +114,11 @@ public:
       token = rotated_;
     }
     const std::size_t group_channels = layout_.group_channels;
-    const encoding_rule rule = quantizer_.encoding();
+    const encoding_rule& rule = rule_;
     const bool by_kernel = quantizer_.format() == element_format::codebook && rule.kind != encoding_kind::per_element;
     for (std::size_t g = 0; g < layout_.groups(); ++g) {
       const auto values = token.subspan(g * group_channels, group_channels);
-      const group_params p = stored_params(quantizer_.fit(values), precision_, quantizer_.name());
+      const group_params p = stored_params(quantizer_.fit(values), precision_, name_);
       write_params(record, g, p);
       const std::size_t first = g * group_channels;
       if (!by_kernel) {
@@ -248,6 +248,8 @@ private:
   mutable std::vector<float> rotated_;         // rotated token, query or value sum
   mutable std::vector<float> query_sums_;      // per group: sum of the query's channels
   mutable std::vector<float> group_constants_; // per group: summed zero/offset terms
+  std::string name_;                           // the quantizer's, for error messages
+  encoding_rule rule_;                         // the quantizer's, asked once
 };
 
 // All streams of a model's cache, built from a recipe: one key and one value stream per

@@ -337,19 +337,6 @@ struct kernels {
 
   // --- Runs of records: the attention hot loop --------------------------------------
 
-  static float record_param(const record_format& f, const std::uint8_t* record, std::size_t group,
-                            unsigned which) noexcept {
-    const std::uint8_t* at = record + f.code_bytes() + (group * f.params_per_group + which) * (f.params_f32 ? 4 : 2);
-    if (f.params_f32) {
-      float value;
-      std::memcpy(&value, at, 4);
-      return value;
-    }
-    std::uint16_t half;
-    std::memcpy(&half, at, 2);
-    return _cvtsh_ss(half);
-  }
-
   // Vector path: 8-bit codes in chunks of `width`, or 4-bit codes in blocks of 2 * width
   // (one load of `width` bytes), with every group made of whole chunks or blocks.
   static constexpr std::size_t max_split_head_dim = 1024;
@@ -405,32 +392,82 @@ struct kernels {
     if constexpr (bits == 4) second = decode(high);
   }
 
-  template <bool affine, unsigned bits>
+  // The element layout of a coded run, fixed at compile time so the per-token loop has no
+  // branches on it: level kind, code width, parameter precision and count.
+  template <bool affine_, unsigned bits_, bool params_f32_, unsigned params_>
+  struct coded_layout {
+    static constexpr bool affine = affine_;
+    static constexpr unsigned bits = bits_;
+    static constexpr bool params_f32 = params_f32_;
+    static constexpr unsigned params = params_;
+    static constexpr std::size_t param_bytes = params_f32 ? 4 : 2;
+
+    static float read_param(const std::uint8_t* at) noexcept {
+      if constexpr (params_f32) {
+        float value;
+        std::memcpy(&value, at, 4);
+        return value;
+      } else {
+        std::uint16_t half;
+        std::memcpy(&half, at, 2);
+        return _cvtsh_ss(half);
+      }
+    }
+    // Scale and zero of the group whose parameters start at `at`.
+    static void read_group(const std::uint8_t* at, float& scale, float& zero) noexcept {
+      scale = params > 0 ? read_param(at) : 1.0f;
+      zero = params > 1 ? read_param(at + param_bytes) : 0.0f;
+    }
+  };
+
+  // Calls use.template operator()<coded_layout<...>>() for the layout of `f`.
+  template <class Use>
+  static void with_coded_layout(const record_format& f, Use&& use) noexcept {
+    const auto with_params = [&]<bool affine, unsigned bits>() {
+      if (f.params_f32) {
+        if (f.params_per_group == 2) return use.template operator()<coded_layout<affine, bits, true, 2>>();
+        if (f.params_per_group == 1) return use.template operator()<coded_layout<affine, bits, true, 1>>();
+        return use.template operator()<coded_layout<affine, bits, true, 0>>();
+      }
+      if (f.params_per_group == 2) return use.template operator()<coded_layout<affine, bits, false, 2>>();
+      if (f.params_per_group == 1) return use.template operator()<coded_layout<affine, bits, false, 1>>();
+      return use.template operator()<coded_layout<affine, bits, false, 0>>();
+    };
+    const bool affine = f.kind == element_kind::affine_codes;
+    if (f.bits == 8)
+      return affine ? with_params.template operator()<true, 8>() : with_params.template operator()<false, 8>();
+    return affine ? with_params.template operator()<true, 4>() : with_params.template operator()<false, 4>();
+  }
+
+  template <class L>
   static void dot_coded_run(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
                             std::size_t count, float* scores) noexcept {
-    const small_table table(f.levels, affine || bits > 4 ? 0 : bits); // only 4-bit tables live in registers
+    const small_table table(f.levels, L::affine || L::bits > 4 ? 0 : L::bits); // only 4-bit tables live in registers
     alignas(64) float split_query[max_split_head_dim];
-    if constexpr (bits == 4) {
+    if constexpr (L::bits == 4) {
       split_block_order(query, f.head_dim, split_query);
       query = split_query;
     }
-    const std::size_t groups = f.groups(), step = block_elements(bits);
+    const std::size_t groups = f.groups(), group_channels = f.group_channels, step = block_elements(L::bits);
+    const std::size_t code_bytes = f.code_bytes(), group_param_bytes = L::params * L::param_bytes;
+    const float offset = f.offset;
     reduce_tokens(count, scores, [&](std::size_t t) {
       const std::uint8_t* record = records + t * f.record_bytes;
+      const std::uint8_t* param = record + code_bytes;
       floats total(0.0f);
       float constant = 0.0f;
-      for (std::size_t g = 0; g < groups; ++g) {
-        const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
-        const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
+      for (std::size_t g = 0, i = 0; g < groups; ++g, param += group_param_bytes) {
+        float scale, zero;
+        L::read_group(param, scale, zero);
         floats group_sum(0.0f);
-        for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; i += step) {
+        for (const std::size_t end = i + group_channels; i < end; i += step) {
           floats first, second;
-          block_values<affine, bits>(record, i, table, f.levels, first, second);
+          block_values<L::affine, L::bits>(record, i, table, f.levels, first, second);
           group_sum = fmadd(floats::load_unaligned(query + i), first, group_sum);
-          if constexpr (bits == 4) group_sum = fmadd(floats::load_unaligned(query + i + width), second, group_sum);
+          if constexpr (L::bits == 4) group_sum = fmadd(floats::load_unaligned(query + i + width), second, group_sum);
         }
         total = fmadd(group_sum, floats(scale), total);
-        constant += (affine ? zero - scale * f.offset : zero) * sums[g];
+        constant += (L::affine ? zero - scale * offset : zero) * sums[g];
       }
       return partial_dot{total, constant};
     });
@@ -439,16 +476,18 @@ struct kernels {
   // The accumulator of a whole head (`Chunks` vectors) stays in registers across tokens;
   // Chunks == 0 is the general case, accumulating in memory. 4-bit runs accumulate in
   // split order and merge back at the end.
-  template <bool affine, unsigned bits, std::size_t Chunks>
+  template <class L, std::size_t Chunks>
   static void axpy_coded_run(const record_format& f, const float* weights, const std::uint8_t* records,
                              std::size_t count, float* acc, float* group_constants) noexcept {
-    const small_table table(f.levels, affine || bits > 4 ? 0 : bits);
+    const small_table table(f.levels, L::affine || L::bits > 4 ? 0 : L::bits);
     alignas(64) float work[max_split_head_dim];
-    if constexpr (bits == 4)
+    if constexpr (L::bits == 4)
       split_block_order(acc, f.head_dim, work);
     else
       std::memcpy(work, acc, f.head_dim * sizeof(float));
-    const std::size_t groups = f.groups(), step = block_elements(bits);
+    const std::size_t groups = f.groups(), group_channels = f.group_channels, step = block_elements(L::bits);
+    const std::size_t code_bytes = f.code_bytes(), group_param_bytes = L::params * L::param_bytes;
+    const float offset = f.offset;
     floats registers[Chunks > 0 ? Chunks : 1];
     if constexpr (Chunks > 0)
       for (std::size_t k = 0; k < Chunks; ++k) registers[k] = floats::load_aligned(work + k * width);
@@ -460,37 +499,27 @@ struct kernels {
     };
     for (std::size_t t = 0; t < count; ++t) {
       const std::uint8_t* record = records + t * f.record_bytes;
+      const std::uint8_t* param = record + code_bytes;
       const float w = weights[t];
-      for (std::size_t g = 0; g < groups; ++g) {
-        const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
-        const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
+      for (std::size_t g = 0, i = 0; g < groups; ++g, param += group_param_bytes) {
+        float scale, zero;
+        L::read_group(param, scale, zero);
         const floats alpha(w * scale);
-        for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; i += step) {
+        for (const std::size_t end = i + group_channels; i < end; i += step) {
           floats first, second;
-          block_values<affine, bits>(record, i, table, f.levels, first, second);
+          block_values<L::affine, L::bits>(record, i, table, f.levels, first, second);
           accumulate(i / width, alpha, first);
-          if constexpr (bits == 4) accumulate(i / width + 1, alpha, second);
+          if constexpr (L::bits == 4) accumulate(i / width + 1, alpha, second);
         }
-        group_constants[g] += w * (affine ? zero - scale * f.offset : zero);
+        group_constants[g] += w * (L::affine ? zero - scale * offset : zero);
       }
     }
     if constexpr (Chunks > 0)
       for (std::size_t k = 0; k < Chunks; ++k) registers[k].store_aligned(work + k * width);
-    if constexpr (bits == 4)
+    if constexpr (L::bits == 4)
       merge_block_order(work, f.head_dim, acc);
     else
       std::memcpy(acc, work, f.head_dim * sizeof(float));
-  }
-
-  template <bool affine, unsigned bits>
-  static void axpy_coded(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
-                         float* acc, float* group_constants) noexcept {
-    switch (f.head_dim / width) {
-    case 4: return axpy_coded_run<affine, bits, 4>(f, weights, records, count, acc, group_constants);
-    case 8: return axpy_coded_run<affine, bits, 8>(f, weights, records, count, acc, group_constants);
-    case 16: return axpy_coded_run<affine, bits, 16>(f, weights, records, count, acc, group_constants);
-    default: return axpy_coded_run<affine, bits, 0>(f, weights, records, count, acc, group_constants);
-    }
   }
 
   static void dot_records(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
@@ -506,12 +535,7 @@ struct kernels {
     case element_kind::table_codes: break;
     }
     if (!vector_records(f)) return scalar::dot_records(f, query, sums, records, count, scores);
-    const bool affine = f.kind == element_kind::affine_codes;
-    if (f.bits == 8)
-      return affine ? dot_coded_run<true, 8>(f, query, sums, records, count, scores)
-                    : dot_coded_run<false, 8>(f, query, sums, records, count, scores);
-    return affine ? dot_coded_run<true, 4>(f, query, sums, records, count, scores)
-                  : dot_coded_run<false, 4>(f, query, sums, records, count, scores);
+    with_coded_layout(f, [&]<class L>() { dot_coded_run<L>(f, query, sums, records, count, scores); });
   }
 
   static void axpy_records(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
@@ -527,12 +551,14 @@ struct kernels {
     case element_kind::table_codes: break;
     }
     if (!vector_records(f)) return scalar::axpy_records(f, weights, records, count, acc, group_constants);
-    const bool affine = f.kind == element_kind::affine_codes;
-    if (f.bits == 8)
-      return affine ? axpy_coded<true, 8>(f, weights, records, count, acc, group_constants)
-                    : axpy_coded<false, 8>(f, weights, records, count, acc, group_constants);
-    return affine ? axpy_coded<true, 4>(f, weights, records, count, acc, group_constants)
-                  : axpy_coded<false, 4>(f, weights, records, count, acc, group_constants);
+    with_coded_layout(f, [&]<class L>() {
+      switch (f.head_dim / width) {
+      case 4: return axpy_coded_run<L, 4>(f, weights, records, count, acc, group_constants);
+      case 8: return axpy_coded_run<L, 8>(f, weights, records, count, acc, group_constants);
+      case 16: return axpy_coded_run<L, 16>(f, weights, records, count, acc, group_constants);
+      default: return axpy_coded_run<L, 0>(f, weights, records, count, acc, group_constants);
+      }
+    });
   }
 
   static constexpr kernel_table table(isa instruction_set) noexcept {
