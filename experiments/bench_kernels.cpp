@@ -19,9 +19,9 @@ void kernel_benchmark(benchmark::State& state, std::string quantizer, std::strin
                       operation op) {
   const auto& components = kvlab::builtin_registry();
   const auto& kernels = kvlab::active_kernels();
-  kvlab::compressed_stream stream(components.make_quantizer(quantizer),
-                                  components.make_granularity(granularity).group_shape(head_dim), head_dim,
-                                  kvlab::param_precision::f16, components.make_storage("flat"));
+  kvlab::quantized_body stream(components.make_quantizer(quantizer),
+                               components.make_granularity(granularity).group_shape(head_dim), head_dim,
+                               kvlab::param_precision::f16, components.make_storage("flat"));
   const std::size_t tokens = std::max<std::size_t>(64, (256 << 10) / stream.layout().bytes());
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=1,T=" + std::to_string(tokens) +
                                      ",D=" + std::to_string(head_dim) + ",seed=1)");

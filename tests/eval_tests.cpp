@@ -73,8 +73,8 @@ BOOST_AUTO_TEST_CASE(protocol_rejects_bad_step_counts_and_unsupported_tiers) {
   const auto recipe = kvlab::parse_recipe("k=int8@token", components());
   BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, components(), {.decode_steps = 16}), kvlab::error);
   BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, components(), {.decode_steps = 0}), kvlab::error);
-  const auto windowed = kvlab::parse_recipe("k=int8@token,residual=4", components());
-  BOOST_CHECK_THROW(kvlab::evaluate(windowed, data, components(), {.decode_steps = 4}), kvlab::error);
+  const auto per_tensor = kvlab::parse_recipe("k=int8@tensor", components());
+  BOOST_CHECK_THROW(kvlab::evaluate(per_tensor, data, components(), {.decode_steps = 4}), kvlab::error);
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_kv_data_is_reported_with_its_position) {

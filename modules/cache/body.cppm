@@ -1,0 +1,281 @@
+// The quantized body of one stream: blocks of tokens encoded into bit-packed records
+// (codes token-major, then each group's scale and zero) held by the recipe's storage.
+// A block is one token for per-token groups (token, group(G)) and G tokens for per-channel
+// groups (channel(G)), whose parameters are shared down each channel of the block.
+module;
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+export module kvlab.cache:body;
+import kvlab.core;
+import kvlab.simd;
+import :packing;
+
+export namespace kvlab {
+
+// Byte layout of one record: a block of `block_tokens` tokens, codes token-major, then
+// each group's parameters (scale, then zero) in the stored precision.
+struct record_layout {
+  std::size_t head_dim = 0;
+  std::size_t block_tokens = 1;
+  std::size_t group_channels = 0; // per-token groups: channels per group; per-channel: 1
+  unsigned bits = 0;
+  unsigned params_per_group = 0;
+  std::size_t param_bytes = 2;
+
+  std::size_t groups() const noexcept { return head_dim / group_channels; }
+  std::size_t row_code_bytes() const noexcept { return (head_dim * bits + 7) / 8; }
+  std::size_t code_bytes() const noexcept { return (block_tokens * head_dim * bits + 7) / 8; }
+  std::size_t bytes() const noexcept { return code_bytes() + groups() * params_per_group * param_bytes; }
+};
+
+class quantized_body {
+public:
+  quantized_body(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
+                 const any_storage& storage)
+      : quantizer_(std::move(quantizer)),
+        layout_{.head_dim = head_dim,
+                .block_tokens = shape.tokens,
+                .group_channels = shape.channels,
+                .bits = quantizer_.bits(),
+                .params_per_group = quantizer_.params_per_group(),
+                .param_bytes = precision == param_precision::f32 ? std::size_t{4} : std::size_t{2}},
+        precision_(precision), name_(quantizer_.name()), rule_(quantizer_.encoding()) {
+    if (shape.tokens == 0)
+      throw error("per-tensor groups have no streaming form in the cache (their parameters would depend on tokens "
+                  "that have not arrived); use them with kvlab codec");
+    if (shape.tokens > 1 && (shape.channels != 1 || (head_dim * layout_.bits) % 8 != 0))
+      throw error("groups spanning tokens must be one channel wide with byte-aligned token rows");
+    store_ = storage.make_store(layout_.bytes());
+    codes_.resize(layout_.block_tokens * head_dim);
+    record_.resize(layout_.bytes());
+    scratch_.resize(std::max(layout_.block_tokens, head_dim));
+    // Per-channel blocks are read one token row at a time with the parameters folded into
+    // the query, so their kernel format is a parameterless row of codes.
+    const bool rows = layout_.block_tokens > 1;
+    format_ = {.kind = element_kind_of(quantizer_),
+               .record_bytes = rows ? layout_.row_code_bytes() : layout_.bytes(),
+               .head_dim = head_dim,
+               .group_channels = rows ? head_dim : shape.channels,
+               .bits = layout_.bits,
+               .params_per_group = rows ? 0u : layout_.params_per_group,
+               .params_f32 = precision == param_precision::f32,
+               .offset = static_cast<float>(rule_.offset),
+               .levels = quantizer_.levels().data()};
+  }
+
+  const record_layout& layout() const noexcept { return layout_; }
+  const any_quantizer& quantizer() const noexcept { return quantizer_; }
+  std::size_t block_tokens() const noexcept { return layout_.block_tokens; }
+  std::size_t tokens() const noexcept { return store_->size() * layout_.block_tokens; }
+  std::size_t bytes() const noexcept { return store_->bytes_reserved(); }
+  const record_store& store() const noexcept { return *store_; }
+
+  // Encodes and stores one block: block_tokens() rows of head_dim values (already rotated
+  // for rotating quantizers; see rotate()).
+  void append(std::span<const float> rows, const kernel_table& kernels) {
+    if (rows.size() != layout_.block_tokens * layout_.head_dim)
+      throw error("append: a block is " + std::to_string(layout_.block_tokens) + " x " +
+                  std::to_string(layout_.head_dim) + " values, got " + std::to_string(rows.size()));
+    encode(rows, kernels, record_);
+    store_->append(record_);
+  }
+
+  // Removes body tokens (ascending, unique indices); storage compacts and releases what
+  // it no longer needs. Per-channel blocks cannot lose single tokens without re-quantizing,
+  // which kvlab never does, so they refuse.
+  void erase(std::span<const std::size_t> sorted_tokens) {
+    if (layout_.block_tokens > 1)
+      throw error("erase: tokens of per-channel blocks cannot be removed one by one (their block shares parameters)");
+    store_->erase(sorted_tokens);
+  }
+
+  // The record of one block, without storing it (`record` has layout().bytes() bytes).
+  void encode(std::span<const float> rows, const kernel_table& kernels, std::span<std::uint8_t> record) {
+    if (layout_.block_tokens > 1) return encode_channels(rows, record);
+    const std::size_t group_channels = layout_.group_channels;
+    const bool by_kernel = quantizer_.format() == element_format::codebook && rule_.kind != encoding_kind::per_element;
+    for (std::size_t g = 0; g < layout_.groups(); ++g) {
+      const auto values = rows.subspan(g * group_channels, group_channels);
+      const group_params p = stored_params(quantizer_.fit(values), precision_, name_);
+      write_params(record, g, p);
+      const std::size_t first = g * group_channels;
+      if (!by_kernel) {
+        quantizer_.encode(values, p, std::span(codes_).subspan(first, group_channels));
+      } else if (rule_.kind == encoding_kind::uniform) {
+        kernels.encode_uniform(values.data(), group_channels, p.scale, p.zero, rule_.offset, rule_.max_code,
+                               layout_.bits, record.data(), first);
+      } else {
+        kernels.encode_nearest(values.data(), group_channels, p.scale, p.zero, rule_.thresholds.data(),
+                               static_cast<unsigned>(rule_.thresholds.size()), layout_.bits, record.data(), first);
+      }
+    }
+    if (!by_kernel)
+      pack_codes(std::span(codes_).first(layout_.head_dim), layout_.bits, record.first(layout_.code_bytes()));
+  }
+
+  // scores[t] = query . decoded(t) for every body token, through the fused kernels.
+  void dot_all(const kernel_table& kernels, std::span<const float> query, std::span<float> scores) const {
+    if (layout_.block_tokens == 1) {
+      group_sums_.assign(layout_.groups(), 0.0f);
+      for (std::size_t c = 0; c < layout_.head_dim; ++c) group_sums_[c / layout_.group_channels] += query[c];
+      for (std::size_t b = 0; b < store_->size();) {
+        const auto run = store_->run(b);
+        const std::size_t count = run.size() / format_.record_bytes;
+        kernels.dot_records(format_, query.data(), group_sums_.data(), run.data(), count, scores.data() + b);
+        b += count;
+      }
+      return;
+    }
+    // Per-channel blocks: q . (s * level(c) + z) = (q * s) . level(c) + q . z, so the query
+    // is scaled once per block and every row of the block is a plain dot with codes.
+    const std::size_t head_dim = layout_.head_dim;
+    for (std::size_t b = 0; b < store_->size(); ++b) {
+      const auto record = store_->record(b);
+      float constant = 0.0f, scaled_sum = 0.0f;
+      for (std::size_t c = 0; c < head_dim; ++c) {
+        const group_params p = read_params(record, c);
+        scratch_[c] = query[c] * p.scale;
+        scaled_sum += scratch_[c];
+        constant += query[c] * p.zero;
+      }
+      float* out = scores.data() + b * layout_.block_tokens;
+      kernels.dot_records(format_, scratch_.data(), &scaled_sum, record.data(), layout_.block_tokens, out);
+      for (std::size_t j = 0; j < layout_.block_tokens; ++j) out[j] += constant;
+    }
+  }
+
+  // acc += sum over t of weights[t] * decoded(t), through the fused kernels.
+  void axpy_all(const kernel_table& kernels, std::span<const float> weights, std::span<float> acc) const {
+    const std::size_t head_dim = layout_.head_dim;
+    if (layout_.block_tokens == 1) {
+      group_sums_.assign(layout_.groups(), 0.0f); // here: the summed constant terms per group
+      for (std::size_t b = 0; b < store_->size();) {
+        const auto run = store_->run(b);
+        const std::size_t count = run.size() / format_.record_bytes;
+        kernels.axpy_records(format_, weights.data() + b, run.data(), count, acc.data(), group_sums_.data());
+        b += count;
+      }
+      for (std::size_t c = 0; c < head_dim; ++c) acc[c] += group_sums_[c / layout_.group_channels];
+      return;
+    }
+    // Per-channel blocks: sum_j w_j (s_c level(c_jc) + z_c) = s_c sum_j w_j level(c_jc) + z_c sum_j w_j.
+    for (std::size_t b = 0; b < store_->size(); ++b) {
+      const auto record = store_->record(b);
+      const auto w = weights.subspan(b * layout_.block_tokens, layout_.block_tokens);
+      float weight_sum = 0.0f, level_constant = 0.0f;
+      for (const float x : w) weight_sum += x;
+      std::fill_n(scratch_.begin(), head_dim, 0.0f);
+      kernels.axpy_records(format_, w.data(), record.data(), layout_.block_tokens, scratch_.data(), &level_constant);
+      for (std::size_t c = 0; c < head_dim; ++c) {
+        const group_params p = read_params(record, c);
+        acc[c] += p.scale * (scratch_[c] + level_constant) + p.zero * weight_sum;
+      }
+    }
+  }
+
+  // Reference decoder of one body token (the quantizer's own decode, no kernels), in the
+  // quantizer's (rotated) space.
+  void decode(std::size_t token, std::span<float> out) const {
+    const auto record = store_->record(token / layout_.block_tokens);
+    const std::size_t row = token % layout_.block_tokens;
+    for (std::size_t c = 0; c < layout_.head_dim; ++c) {
+      const std::size_t group = layout_.block_tokens > 1 ? c : c / layout_.group_channels;
+      out[c] =
+          quantizer_.decode(unpack_code(record, row * layout_.head_dim + c, layout_.bits), read_params(record, group));
+    }
+  }
+
+  // Decodes one body token through the decode kernel (per-token codebook groups) or the reference.
+  void decode(std::size_t token, std::span<float> out, const kernel_table& kernels) const {
+    if (quantizer_.format() != element_format::codebook || layout_.block_tokens > 1) return decode(token, out);
+    const auto record = store_->record(token);
+    const std::size_t group_channels = layout_.group_channels;
+    for (std::size_t g = 0; g < layout_.groups(); ++g) {
+      const group_params p = read_params(record, g);
+      kernels.decode_codes(record.data(), g * group_channels, group_channels, layout_.bits, quantizer_.levels().data(),
+                           p.scale, p.zero, out.data() + g * group_channels);
+    }
+  }
+
+private:
+  static kernels::element_kind element_kind_of(const any_quantizer& q) {
+    switch (q.format()) {
+    case element_format::f32: return kernels::element_kind::f32;
+    case element_format::f16: return kernels::element_kind::f16;
+    case element_format::bf16: return kernels::element_kind::bf16;
+    case element_format::codebook: break;
+    }
+    return q.encoding().kind == encoding_kind::uniform ? kernels::element_kind::affine_codes
+                                                       : kernels::element_kind::table_codes;
+  }
+
+  // Per-channel block: each channel's G values form a group, fitted and encoded with the
+  // quantizer's reference functions.
+  void encode_channels(std::span<const float> rows, std::span<std::uint8_t> record) {
+    const std::size_t tokens = layout_.block_tokens, head_dim = layout_.head_dim;
+    std::vector<std::uint32_t> column_codes(tokens);
+    for (std::size_t c = 0; c < head_dim; ++c) {
+      for (std::size_t j = 0; j < tokens; ++j) scratch_[j] = rows[j * head_dim + c];
+      const auto column = std::span<const float>(scratch_).first(tokens);
+      const group_params p = stored_params(quantizer_.fit(column), precision_, name_);
+      write_params(record, c, p);
+      quantizer_.encode(column, p, column_codes);
+      for (std::size_t j = 0; j < tokens; ++j) codes_[j * head_dim + c] = column_codes[j];
+    }
+    pack_codes(codes_, layout_.bits, record.first(layout_.code_bytes()));
+  }
+
+  std::size_t param_offset(std::size_t group, unsigned which) const noexcept {
+    return layout_.code_bytes() + (group * layout_.params_per_group + which) * layout_.param_bytes;
+  }
+  void write_params(std::span<std::uint8_t> record, std::size_t group, group_params p) const {
+    const float values[2] = {p.scale, p.zero};
+    for (unsigned i = 0; i < layout_.params_per_group; ++i) {
+      std::uint8_t* at = record.data() + param_offset(group, i);
+      if (layout_.param_bytes == 4) {
+        std::memcpy(at, &values[i], 4);
+      } else {
+        const std::uint16_t half = float_to_half_bits(values[i]);
+        std::memcpy(at, &half, 2);
+      }
+    }
+  }
+  group_params read_params(std::span<const std::uint8_t> record, std::size_t group) const {
+    float values[2] = {1.0f, 0.0f};
+    for (unsigned i = 0; i < layout_.params_per_group; ++i) {
+      const std::uint8_t* at = record.data() + param_offset(group, i);
+      if (layout_.param_bytes == 4) {
+        std::memcpy(&values[i], at, 4);
+      } else {
+        std::uint16_t half;
+        std::memcpy(&half, at, 2);
+        values[i] = half_bits_to_float(half);
+      }
+    }
+    return {values[0], values[1]};
+  }
+
+  any_quantizer quantizer_;
+  record_layout layout_;
+  param_precision precision_;
+  std::string name_;   // the quantizer's, for error messages
+  encoding_rule rule_; // the quantizer's, asked once
+  kernels::record_format format_;
+  std::unique_ptr<record_store> store_;
+  std::vector<std::uint32_t> codes_; // scratch: one block's codes before packing
+  std::vector<std::uint8_t> record_; // scratch: one record before it is stored
+  // Scratch of the const attention calls: a stream is read by one thread at a time.
+  mutable std::vector<float> scratch_;    // scaled query, or one block's level sums
+  mutable std::vector<float> group_sums_; // per group: query sums, or summed constant terms
+};
+
+} // namespace kvlab

@@ -1,0 +1,152 @@
+// One (layer, KV head) stream of keys or values in three tiers, oldest first:
+//   sinks   the first S tokens, kept in fp16 (StreamingLLM's attention sinks, arXiv 2309.17453);
+//   body    quantized blocks (see body.cppm);
+//   window  the most recent tokens in fp16 (KIVI's residual, arXiv 2402.02750, sec. 3.3).
+// KIVI rules: a block of G tokens is quantized exactly once, as soon as all G have left the
+// last R positions; the window then holds between R and R + G - 1 tokens, never a
+// complete block it could have flushed. Window tokens are held as fp16 (what an fp16
+// model's cache holds) and are encoded from those fp16 values when their block flushes; a
+// token that flushes the moment it arrives (R = 0, per-token groups) is encoded from its
+// input values.
+module;
+#include "kernels.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+export module kvlab.cache:stream;
+import kvlab.core;
+import kvlab.simd;
+import :body;
+
+export namespace kvlab {
+
+struct stream_tiers {
+  std::size_t sinks = 0;    // first tokens kept in fp16
+  std::size_t residual = 0; // most recent tokens kept in fp16
+};
+
+class kv_stream {
+public:
+  kv_stream(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
+            const any_storage& storage, stream_tiers tiers)
+      : body_(quantizer, shape, head_dim, precision, storage), quantizer_(std::move(quantizer)), head_dim_(head_dim),
+        tiers_(tiers), rotated_(head_dim), block_(body_.block_tokens() * head_dim) {
+    half_format_ = {.kind = kernels::element_kind::f16,
+                    .record_bytes = 2 * head_dim,
+                    .head_dim = head_dim,
+                    .group_channels = head_dim,
+                    .bits = 16};
+  }
+
+  std::size_t head_dim() const noexcept { return head_dim_; }
+  std::size_t sink_tokens() const noexcept { return sinks_.size() / head_dim_; }
+  std::size_t body_tokens() const noexcept { return body_.tokens(); }
+  std::size_t window_tokens() const noexcept { return window_.size() / head_dim_; }
+  std::size_t tokens() const noexcept { return sink_tokens() + body_tokens() + window_tokens(); }
+  const quantized_body& body() const noexcept { return body_; }
+
+  // Everything the stream holds: fp16 sinks and window, and the body's storage (records,
+  // page padding and page tables).
+  std::size_t bytes() const noexcept { return 2 * (sinks_.size() + window_.size()) + body_.bytes(); }
+
+  void append(std::span<const float> token, const kernel_table& kernels) {
+    if (token.size() != head_dim_)
+      throw error("append: token has " + std::to_string(token.size()) + " channels, stream has head_dim " +
+                  std::to_string(head_dim_));
+    if (sink_tokens() < tiers_.sinks) return push_half(sinks_, token);
+    if (tiers_.residual == 0 && body_.block_tokens() == 1) return append_body(token, kernels);
+    push_half(window_, token);
+    const std::size_t block = body_.block_tokens();
+    while (window_tokens() >= tiers_.residual + block) {
+      for (std::size_t i = 0; i < block * head_dim_; ++i) block_[i] = half_bits_to_float(window_[i]);
+      append_body(block_, kernels);
+      window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(block * head_dim_));
+    }
+  }
+
+  // Removes body tokens (indices among the body's tokens, ascending and unique).
+  void erase_body_tokens(std::span<const std::size_t> sorted_tokens) { body_.erase(sorted_tokens); }
+
+  // scores[t] = query . decoded(t) for every held token, oldest first.
+  void dot_all(const kernel_table& kernels, std::span<const float> query, std::span<float> scores) const {
+    half_dot(kernels, sinks_, query, scores.first(sink_tokens()));
+    std::span<const float> body_query = query;
+    if (quantizer_.rotates()) { // q . k = (R q) . (R k): rotate the query once, not every key
+      std::ranges::copy(query, rotated_.begin());
+      quantizer_.rotate(rotated_);
+      body_query = rotated_;
+    }
+    body_.dot_all(kernels, body_query, scores.subspan(sink_tokens(), body_tokens()));
+    half_dot(kernels, window_, query, scores.subspan(sink_tokens() + body_tokens(), window_tokens()));
+  }
+
+  // acc += sum over held tokens t of weights[t] * decoded(t).
+  void axpy_all(const kernel_table& kernels, std::span<const float> weights, std::span<float> acc) const {
+    half_axpy(kernels, sinks_, weights.first(sink_tokens()), acc);
+    const auto body_weights = weights.subspan(sink_tokens(), body_tokens());
+    if (quantizer_.rotates()) { // accumulate in the rotated space, un-rotate the sum once
+      std::ranges::fill(rotated_, 0.0f);
+      body_.axpy_all(kernels, body_weights, rotated_);
+      quantizer_.unrotate(rotated_);
+      for (std::size_t c = 0; c < head_dim_; ++c) acc[c] += rotated_[c];
+    } else {
+      body_.axpy_all(kernels, body_weights, acc);
+    }
+    half_axpy(kernels, window_, weights.subspan(sink_tokens() + body_tokens(), window_tokens()), acc);
+  }
+
+  // Reference decoder of held token t (oldest first): no kernels.
+  void decode(std::size_t token, std::span<float> out) const {
+    if (token < sink_tokens()) return read_half(sinks_, token, out);
+    token -= sink_tokens();
+    if (token < body_tokens()) {
+      body_.decode(token, out);
+      quantizer_.unrotate(out);
+      return;
+    }
+    read_half(window_, token - body_tokens(), out);
+  }
+
+private:
+  void append_body(std::span<const float> rows, const kernel_table& kernels) {
+    if (!quantizer_.rotates()) return body_.append(rows, kernels);
+    std::vector<float> rotated(rows.begin(), rows.end());
+    for (std::size_t r = 0; r < rows.size() / head_dim_; ++r)
+      quantizer_.rotate(std::span(rotated).subspan(r * head_dim_, head_dim_));
+    body_.append(rotated, kernels);
+  }
+  static void push_half(std::vector<std::uint16_t>& rows, std::span<const float> token) {
+    for (const float x : token) rows.push_back(float_to_half_bits(x));
+  }
+  void read_half(const std::vector<std::uint16_t>& rows, std::size_t token, std::span<float> out) const {
+    for (std::size_t c = 0; c < head_dim_; ++c) out[c] = half_bits_to_float(rows[token * head_dim_ + c]);
+  }
+  void half_dot(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, std::span<const float> query,
+                std::span<float> scores) const {
+    if (scores.empty()) return;
+    kernels.dot_records(half_format_, query.data(), nullptr, reinterpret_cast<const std::uint8_t*>(rows.data()),
+                        scores.size(), scores.data());
+  }
+  void half_axpy(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, std::span<const float> weights,
+                 std::span<float> acc) const {
+    if (weights.empty()) return;
+    kernels.axpy_records(half_format_, weights.data(), reinterpret_cast<const std::uint8_t*>(rows.data()),
+                         weights.size(), acc.data(), nullptr);
+  }
+
+  quantized_body body_;
+  any_quantizer quantizer_;
+  std::size_t head_dim_;
+  stream_tiers tiers_;
+  kernels::record_format half_format_;
+  std::vector<std::uint16_t> sinks_;   // fp16 rows
+  std::vector<std::uint16_t> window_;  // fp16 rows, oldest first
+  mutable std::vector<float> rotated_; // scratch: rotated query or body value sum
+  std::vector<float> block_;           // scratch: one block leaving the window
+};
+
+} // namespace kvlab

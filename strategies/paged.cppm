@@ -1,0 +1,130 @@
+// paged(P): each stream keeps its own list of fixed-size pages of P records, so heads and
+// layers can hold different numbers of tokens. Erasing compacts the stream and returns
+// whole pages to a free list shared by all streams of the cache, from which new pages are
+// taken first. A stream's bytes are its pages (padding of the last one included) plus its
+// page table (one pointer per page).
+// Paper: PagedAttention (vLLM), arXiv 2309.06180, sec. 4.1-4.2.
+module;
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+export module kvlab.strategies.paged;
+import kvlab.core;
+
+export namespace kvlab::strategies::paged {
+
+using page = std::unique_ptr<std::uint8_t[]>;
+
+// Free pages by size, shared by the streams of one cache.
+class page_pool {
+public:
+  page take(std::size_t bytes) {
+    auto& free = free_[bytes];
+    if (free.empty()) return page(new std::uint8_t[bytes]);
+    page reused = std::move(free.back());
+    free.pop_back();
+    return reused;
+  }
+  void give_back(page p, std::size_t bytes) { free_[bytes].push_back(std::move(p)); }
+  std::size_t free_bytes() const {
+    std::size_t total = 0;
+    for (const auto& [bytes, pages] : free_) total += bytes * pages.size();
+    return total;
+  }
+
+private:
+  std::map<std::size_t, std::vector<page>> free_;
+};
+
+class paged_records final : public record_store {
+public:
+  paged_records(std::size_t record_bytes, std::size_t page_records, std::shared_ptr<page_pool> pool)
+      : record_bytes_(record_bytes), page_records_(page_records), pool_(std::move(pool)) {}
+  ~paged_records() override {
+    for (auto& p : pages_) pool_->give_back(std::move(p), page_bytes());
+  }
+
+  void append(std::span<const std::uint8_t> record) override {
+    if (record.size() != record_bytes_)
+      throw error("paged storage: record of " + std::to_string(record.size()) + " bytes, expected " +
+                  std::to_string(record_bytes_));
+    if (size_ == pages_.size() * page_records_) pages_.push_back(pool_->take(page_bytes()));
+    std::memcpy(slot(size_), record.data(), record_bytes_);
+    ++size_;
+  }
+  std::span<const std::uint8_t> record(std::size_t index) const override { return {slot(index), record_bytes_}; }
+  std::span<const std::uint8_t> run(std::size_t first) const override {
+    const std::size_t end = std::min(size_, (first / page_records_ + 1) * page_records_);
+    return {slot(first), (end - first) * record_bytes_};
+  }
+  std::size_t size() const noexcept override { return size_; }
+  std::size_t record_bytes() const noexcept override { return record_bytes_; }
+  std::size_t bytes_reserved() const noexcept override {
+    return pages_.size() * (page_bytes() + sizeof(std::uint8_t*));
+  }
+  void erase(std::span<const std::size_t> sorted_indices) override {
+    for (std::size_t i = 0; i < sorted_indices.size(); ++i)
+      if (sorted_indices[i] >= size_ || (i > 0 && sorted_indices[i] <= sorted_indices[i - 1]))
+        throw error("paged storage: erase needs ascending, unique indices below " + std::to_string(size_));
+    std::size_t kept = 0, next_victim = 0;
+    for (std::size_t index = 0; index < size_; ++index) {
+      if (next_victim < sorted_indices.size() && sorted_indices[next_victim] == index) {
+        ++next_victim;
+        continue;
+      }
+      if (kept != index) std::memcpy(slot(kept), slot(index), record_bytes_);
+      ++kept;
+    }
+    size_ = kept;
+    const std::size_t pages_needed = (size_ + page_records_ - 1) / page_records_;
+    while (pages_.size() > pages_needed) {
+      pool_->give_back(std::move(pages_.back()), page_bytes());
+      pages_.pop_back();
+    }
+  }
+
+private:
+  std::size_t page_bytes() const noexcept { return record_bytes_ * page_records_; }
+  std::uint8_t* slot(std::size_t index) const noexcept {
+    return pages_[index / page_records_].get() + (index % page_records_) * record_bytes_;
+  }
+
+  std::size_t record_bytes_;
+  std::size_t page_records_;
+  std::shared_ptr<page_pool> pool_;
+  std::vector<page> pages_;
+  std::size_t size_ = 0;
+};
+
+struct paged_storage {
+  using component_concept = storage_tag;
+  std::size_t page_records;
+  std::shared_ptr<page_pool> pool = std::make_shared<page_pool>();
+  std::string name() const { return "paged(" + std::to_string(page_records) + ")"; }
+  std::unique_ptr<record_store> make_store(std::size_t record_bytes) const {
+    return std::make_unique<paged_records>(record_bytes, page_records, pool);
+  }
+};
+static_assert(Storage<paged_storage>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "paged",
+                  .usage = "paged(P)",
+                  .summary = "pages of P records per stream, shared free list",
+                  .paper = "arXiv 2309.06180 sec. 4",
+                  .examples = {"paged(16)", "paged(3)"}},
+                 registry::storage_factory([](const strategy_args& args) {
+                   args.expect_arguments(1, "paged(P)");
+                   const auto page_records = args.number<std::size_t>(0, "page size P (records)");
+                   if (page_records == 0) throw error("'" + args.text + "': page size must be positive");
+                   return any_storage(paged_storage{page_records});
+                 }));
+}
+
+} // namespace kvlab::strategies::paged

@@ -1,0 +1,231 @@
+// The tiered cache: KIVI's residual window and per-channel blocks, sinks, exact byte
+// accounting, flat vs paged storage, and decode attention against its references.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+import kvlab;
+
+namespace {
+
+const kvlab::registry& components() { return kvlab::builtin_registry(); }
+
+kvlab::kv_cache make_cache(const std::string& recipe, std::size_t layers, std::size_t kv_heads, std::size_t head_dim) {
+  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), components(), layers, kv_heads, head_dim);
+}
+
+void fill(kvlab::kv_cache& cache, const kvlab::kv_data& data, std::size_t tokens) {
+  for (std::size_t t = 0; t < tokens; ++t)
+    for (std::size_t l = 0; l < data.layers(); ++l)
+      for (std::size_t h = 0; h < data.kv_heads(); ++h)
+        cache.append(l, h, data.keys.row(l, h, t), data.values.row(l, h, t));
+}
+
+// Exact attention (double) over what the cache holds, decoded by the reference decoders.
+std::vector<double> dequantize_then_attend(const kvlab::kv_cache& cache, std::size_t layer, std::size_t kv_head,
+                                           std::span<const float> query) {
+  const auto& keys = cache.keys(layer, kv_head);
+  const auto& values = cache.values(layer, kv_head);
+  const std::size_t d = cache.head_dim(), n = keys.tokens();
+  std::vector<float> k(n * d), v(n * d);
+  for (std::size_t t = 0; t < n; ++t) {
+    keys.decode(t, std::span(k).subspan(t * d, d));
+    values.decode(t, std::span(v).subspan(t * d, d));
+  }
+  std::vector<double> out(d);
+  kvlab::exact_decode_attention(query, k, v, d, out);
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(tiers)
+
+BOOST_AUTO_TEST_CASE(kivi2_bytes_per_token_match_the_exact_formula) {
+  // KIVI-2, head_dim 128: keys uint2@channel(32), values uint2@group(32), residual 128.
+  //   key block of 32 tokens:  32 x 128 x 2 bits = 1024 B codes + 128 channels x (scale, zero) x 2 B = 1536 B
+  //   value token:             128 x 2 bits = 32 B codes + 4 groups x (scale, zero) x 2 B = 48 B
+  //   window token (K or V):   128 x 2 B = 256 B
+  // After T tokens: key blocks b = floor((T - 128) / 32), key window T - 32 b (128..159);
+  // value body T - 128, value window 128.
+  const std::size_t head_dim = 128;
+  auto cache = make_cache("k=uint2@channel(32),v=uint2@group(32),residual=128", 1, 1, head_dim);
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=1,T=4099,D=128,seed=2)");
+  for (std::size_t t = 0; t < data.tokens(); ++t) {
+    cache.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+    const std::size_t n = t + 1;
+    const std::size_t key_blocks = n >= 128 ? (n - 128) / 32 : 0, key_window = n - 32 * key_blocks;
+    const std::size_t value_body = n > 128 ? n - 128 : 0, value_window = n - value_body;
+    const std::size_t expected = key_blocks * 1536 + key_window * 256 + value_body * 48 + value_window * 256;
+    BOOST_TEST_REQUIRE(cache.bytes() == expected, "after " << n << " tokens");
+    BOOST_TEST_REQUIRE(cache.keys(0, 0).window_tokens() == key_window);
+  }
+  // Long-run rate: 48 B per token for keys and for values, plus the windows.
+  BOOST_TEST(cache.bytes(0, 0) == cache.bytes());
+  BOOST_TEST(static_cast<double>(cache.bytes()) / 4099.0 < 2 * 48.0 + 2 * 256.0 * 160 / 4099.0);
+}
+
+BOOST_AUTO_TEST_CASE(residual_window_and_sinks_return_their_tokens_bit_exact_in_fp16) {
+  auto cache = make_cache("k=uint2@channel(32),v=int4@group(32),residual=40,sinks=4", 1, 1, 64);
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=1,T=300,D=64,seed=3)");
+  fill(cache, data, 300);
+  const auto& keys = cache.keys(0, 0);
+  BOOST_TEST(keys.sink_tokens() == 4u);
+  BOOST_TEST(keys.window_tokens() >= 40u);
+  BOOST_TEST(keys.window_tokens() < 40u + 32u);
+  BOOST_TEST((keys.body_tokens() % 32) == 0u);
+  BOOST_TEST(keys.tokens() == 300u);
+  std::vector<float> decoded(64);
+  const auto exact_in_fp16 = [&](const kvlab::kv_stream& stream, const kvlab::kv_tensor& source, std::size_t t) {
+    stream.decode(t, decoded);
+    for (std::size_t c = 0; c < 64; ++c)
+      BOOST_TEST_REQUIRE(decoded[c] == kvlab::round_to_half(source.row(0, 0, t)[c]), "token " << t);
+  };
+  for (std::size_t t = 0; t < 4; ++t) exact_in_fp16(keys, data.keys, t);
+  for (std::size_t t = 300 - keys.window_tokens(); t < 300; ++t) exact_in_fp16(keys, data.keys, t);
+  for (std::size_t t = 300 - 40; t < 300; ++t) exact_in_fp16(cache.values(0, 0), data.values, t);
+}
+
+BOOST_AUTO_TEST_CASE(a_block_is_quantized_once_when_all_its_tokens_leave_the_window) {
+  auto cache = make_cache("k=uint4@channel(8),v=f16@token,residual=5", 1, 1, 16);
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=1,T=64,D=16,seed=4)");
+  std::vector<std::uint8_t> first_block;
+  for (std::size_t t = 0; t < 64; ++t) {
+    cache.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+    const auto& keys = cache.keys(0, 0);
+    const std::size_t n = t + 1;
+    // Never a complete block beyond the residual left in the window.
+    BOOST_TEST_REQUIRE(keys.window_tokens() < 5u + 8u);
+    BOOST_TEST_REQUIRE(keys.body_tokens() == (n >= 5 ? (n - 5) / 8 * 8 : 0));
+    if (keys.body_tokens() == 8 && first_block.empty()) {
+      const auto record = keys.body().store().record(0);
+      first_block.assign(record.begin(), record.end());
+    }
+  }
+  // Later appends never touched (re-quantized) the first block.
+  const auto record = cache.keys(0, 0).body().store().record(0);
+  BOOST_TEST(std::vector<std::uint8_t>(record.begin(), record.end()) == first_block);
+}
+
+BOOST_AUTO_TEST_CASE(flat_and_paged_storage_give_bit_identical_attention) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=8,T=333,D=128,seed=5)");
+  for (const std::string base : {"k=int4@group(32),v=int8@token", "k=uint2@channel(32),v=uint2@group(32),residual=64",
+                                 "k=rht(lloyd3)@token,v=f16@token,sinks=4"}) {
+    auto flat = make_cache(base, 2, 2, 128);
+    auto paged = make_cache(base + ",store=paged(16)", 2, 2, 128);
+    fill(flat, data, 333);
+    fill(paged, data, 333);
+    const auto& kernels = kvlab::active_kernels();
+    for (std::size_t layer = 0; layer < 2; ++layer) {
+      std::vector<float> queries(8 * 128), out_flat(8 * 128), out_paged(8 * 128);
+      for (std::size_t h = 0; h < 8; ++h)
+        std::ranges::copy(data.queries.row(layer, h, 332), queries.begin() + static_cast<std::ptrdiff_t>(h * 128));
+      kvlab::decode_attention(flat, layer, queries, out_flat, kernels);
+      kvlab::decode_attention(paged, layer, queries, out_paged, kernels);
+      BOOST_TEST(out_flat == out_paged, base);
+    }
+    BOOST_TEST(paged.bytes() > flat.bytes(), "page padding and page tables are counted"); // 333 tokens, pages of 16
+  }
+}
+
+BOOST_AUTO_TEST_CASE(erasing_half_of_one_head_frees_its_pages_and_nothing_else) {
+  const std::size_t head_dim = 64, tokens = 160, page = 16;
+  auto cache = make_cache("k=int8@token,v=int8@token,store=paged(16)", 1, 2, head_dim);
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=2,T=160,D=64,seed=6)");
+  fill(cache, data, tokens);
+  const std::size_t record = head_dim + 2; // int8 codes + fp16 scale
+  const std::size_t page_bytes = page * record + sizeof(void*);
+  BOOST_TEST(cache.bytes(0, 0) == 2 * (tokens / page) * page_bytes);
+  const std::size_t other_head = cache.bytes(0, 1);
+  // Drop every other token of head 0's keys: 80 records remain, 5 pages instead of 10.
+  std::vector<std::size_t> victims;
+  for (std::size_t t = 0; t < tokens; t += 2) victims.push_back(t);
+  cache.keys(0, 0).erase_body_tokens(victims);
+  BOOST_TEST(cache.keys(0, 0).tokens() == tokens / 2);
+  BOOST_TEST(cache.bytes(0, 0) == (tokens / page) * page_bytes + (tokens / 2 / page) * page_bytes);
+  BOOST_TEST(cache.bytes(0, 1) == other_head);
+  // The survivors are the odd tokens, in order.
+  std::vector<float> decoded(head_dim);
+  for (std::size_t i = 0; i < tokens / 2; ++i) {
+    cache.keys(0, 0).decode(i, decoded);
+    for (std::size_t c = 0; c < head_dim; ++c)
+      BOOST_TEST_REQUIRE(std::fabs(decoded[c] - data.keys.row(0, 0, 2 * i + 1)[c]) <= 0.05f);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decode_attention_over_f32_matches_the_double_reference) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=8,T=1024,D=128,seed=7)");
+  auto cache = make_cache("k=f32@token,v=f32@token", 1, 2, 128);
+  fill(cache, data, 1024);
+  std::vector<float> queries(8 * 128), out(8 * 128);
+  for (std::size_t h = 0; h < 8; ++h)
+    std::ranges::copy(data.queries.row(0, h, 1023), queries.begin() + static_cast<std::ptrdiff_t>(h * 128));
+  kvlab::decode_attention(cache, 0, queries, out, kvlab::active_kernels());
+  for (std::size_t h = 0; h < 8; ++h) {
+    std::vector<double> exact(128);
+    kvlab::exact_decode_attention(data.queries.row(0, h, 1023), data.keys.stream(0, h / 4),
+                                  data.values.stream(0, h / 4), 128, exact);
+    const double error = kvlab::relative_l2(std::span(out).subspan(h * 128, 128), exact);
+    BOOST_TEST(error < 1e-6, "query head " << h << ": " << error);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_attend) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=150,D=64,seed=8)");
+  for (const auto& q : components().instances(kvlab::component_kind::quantizer)) {
+    for (const std::string granularity : {"token", "group(32)", "channel(16)"}) {
+      for (const std::string tiers : {"", ",residual=20,sinks=3"}) {
+        const std::string recipe = "k=" + q + "@" + granularity + ",v=" + q + "@" + granularity + tiers;
+        BOOST_TEST_CONTEXT(recipe) {
+          auto cache = make_cache(recipe, 1, 2, 64);
+          fill(cache, data, 150);
+          std::vector<float> queries(4 * 64), out(4 * 64);
+          for (std::size_t h = 0; h < 4; ++h)
+            std::ranges::copy(data.queries.row(0, h, 149), queries.begin() + static_cast<std::ptrdiff_t>(h * 64));
+          kvlab::attention_trace trace;
+          kvlab::decode_attention(cache, 0, queries, out, kvlab::active_kernels(), &trace);
+          for (std::size_t h = 0; h < 4; ++h) {
+            const auto reference = dequantize_then_attend(cache, 0, h / 2, std::span(queries).subspan(h * 64, 64));
+            BOOST_TEST(kvlab::relative_l2(std::span(out).subspan(h * 64, 64), reference) < 1e-5);
+            double mass = 0.0;
+            for (std::size_t t = 0; t < trace.tokens; ++t) mass += trace.probabilities[h * trace.tokens + t];
+            BOOST_TEST(std::fabs(mass - 1.0) < 1e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(attention_trace_log_sum_exp_normalizes_the_scores) {
+  auto cache = make_cache("k=f32@token,v=f32@token", 1, 1, 4);
+  const std::vector<float> keys[] = {{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 2, 0}};
+  for (const auto& k : keys) cache.append(0, 0, k, k);
+  const std::vector<float> query{2, 0, 2, 0};
+  std::vector<float> out(4);
+  kvlab::attention_trace trace;
+  kvlab::decode_attention(cache, 0, query, out, kvlab::active_kernels(), &trace);
+  // Scaled scores q.k / sqrt(4): 1, 0, 2.
+  const double lse = std::log(std::exp(1.0) + std::exp(0.0) + std::exp(2.0));
+  BOOST_TEST(trace.log_sum_exp[0] == lse, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(trace.probabilities[2] == std::exp(2.0 - lse), boost::test_tools::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(tier_and_storage_errors_name_the_problem) {
+  BOOST_CHECK_THROW(make_cache("k=int8@tensor", 1, 1, 64), kvlab::error);
+  auto kivi = make_cache("k=uint2@channel(8),v=f16@token", 1, 1, 64);
+  const std::vector<std::size_t> first{0};
+  BOOST_CHECK_THROW(kivi.keys(0, 0).erase_body_tokens(first), kvlab::error);
+  BOOST_CHECK_THROW(make_cache("k=int8@token,store=paged(0)", 1, 1, 64), kvlab::error);
+  auto cache = make_cache("k=int8@token", 1, 1, 64);
+  BOOST_CHECK_THROW(cache.append(0, 1, std::vector<float>(64), std::vector<float>(64)), kvlab::error);
+  BOOST_CHECK_THROW(cache.append(0, 0, std::vector<float>(63), std::vector<float>(64)), kvlab::error);
+  std::vector<float> out(64);
+  BOOST_CHECK_THROW(kvlab::decode_attention(cache, 0, std::vector<float>(64), out, kvlab::active_kernels()),
+                    kvlab::error); // no tokens yet
+}
+
+BOOST_AUTO_TEST_SUITE_END()
