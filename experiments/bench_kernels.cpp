@@ -40,11 +40,11 @@ void kernel_benchmark(benchmark::State& state, std::string quantizer, std::strin
       benchmark::DoNotOptimize(out.data());
       break;
     case operation::dot:
-      stream.dot_all(kernels, query, scores);
+      stream.dot_all(kernels, query, 1, scores.data(), tokens);
       benchmark::DoNotOptimize(scores.data());
       break;
     case operation::axpy:
-      stream.axpy_all(kernels, weights, out);
+      stream.axpy_all(kernels, weights.data(), tokens, 1, out);
       benchmark::DoNotOptimize(out.data());
       break;
     }

@@ -165,8 +165,8 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
           }
           // Fused dot and axpy equal dequantize-then-compute.
           std::vector<float> scores(tokens), acc(head_dim, 0.0f);
-          stream.dot_all(kernels, query, scores);
-          stream.axpy_all(kernels, weights, acc);
+          stream.dot_all(kernels, query, 1, scores);
+          stream.axpy_all(kernels, weights, 1, acc);
           for (std::size_t t = 0; t < tokens; ++t)
             BOOST_TEST(std::fabs(scores[t] - ref_scores[t]) <= 1e-4 * (1 + std::fabs(ref_scores[t])));
           for (std::size_t c = 0; c < head_dim; ++c)

@@ -47,9 +47,10 @@ struct attention_trace {
 
 // Decode attention of every query head of `layer` over the compressed cache.
 // queries and out are q_heads x head_dim; query head h reads KV head h / (q_heads / kv_heads).
-// Per query head: scores over every tier (sinks, body, window) through the fused kernels,
-// one softmax over all of them (max-subtracted, normalized in double), then one weighted
-// pass over the values' tiers. Nothing is dequantized into a buffer.
+// Per KV head, the query heads of its group share one pass over the keys' tiers (sinks,
+// body, window) through the fused kernels; each head takes one softmax over all its scores
+// (max-subtracted, normalized in double); then one shared pass over the values' tiers
+// accumulates every head's output. Nothing is dequantized into a buffer.
 inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
                              std::span<float> out, const kernel_table& kernels, attention_trace* trace = nullptr) {
   const std::size_t head_dim = cache.head_dim();
@@ -59,32 +60,36 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
                 std::to_string(cache.kv_heads()) + " heads of " + std::to_string(head_dim));
   const std::size_t group = q_heads / cache.kv_heads();
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  std::vector<float> scores;
-  std::vector<float> scaled_query(head_dim);
+  std::vector<float> scores, scaled_queries(group * head_dim);
   if (trace) {
     trace->tokens = cache.keys(layer, 0).tokens();
     trace->probabilities.assign(q_heads * trace->tokens, 0.0f);
     trace->log_sum_exp.assign(q_heads, 0.0);
   }
-  for (std::size_t h = 0; h < q_heads; ++h) {
-    const auto& keys = cache.keys(layer, h / group);
-    const auto& values = cache.values(layer, h / group);
-    if (keys.tokens() == 0) throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
-    scores.resize(keys.tokens());
-    // Fold the softmax temperature into the query once instead of into every score.
-    for (std::size_t c = 0; c < head_dim; ++c) scaled_query[c] = queries[h * head_dim + c] * scale;
-    keys.dot_all(kernels, scaled_query, scores);
-    const float max_score = *std::ranges::max_element(scores);
-    double total = 0.0;
-    for (auto& s : scores) total += (s = std::exp(s - max_score));
-    for (auto& s : scores) s = static_cast<float>(s / total);
-    auto head_out = out.subspan(h * head_dim, head_dim);
-    std::ranges::fill(head_out, 0.0f);
-    values.axpy_all(kernels, scores, head_out);
-    if (trace && scores.size() == trace->tokens) {
-      std::ranges::copy(scores, trace->probabilities.begin() + static_cast<std::ptrdiff_t>(h * trace->tokens));
-      trace->log_sum_exp[h] = max_score + std::log(total);
+  std::ranges::fill(out, 0.0f);
+  for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head) {
+    const auto& keys = cache.keys(layer, kv_head);
+    const auto& values = cache.values(layer, kv_head);
+    const std::size_t tokens = keys.tokens();
+    if (tokens == 0) throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
+    // Fold the softmax temperature into the queries once instead of into every score.
+    for (std::size_t i = 0; i < group * head_dim; ++i)
+      scaled_queries[i] = queries[kv_head * group * head_dim + i] * scale;
+    scores.resize(group * tokens);
+    keys.dot_all(kernels, scaled_queries, group, scores);
+    for (std::size_t g = 0; g < group; ++g) {
+      const auto head_scores = std::span(scores).subspan(g * tokens, tokens);
+      const float max_score = *std::ranges::max_element(head_scores);
+      double total = 0.0;
+      for (auto& s : head_scores) total += (s = std::exp(s - max_score));
+      for (auto& s : head_scores) s = static_cast<float>(s / total);
+      const std::size_t h = kv_head * group + g;
+      if (trace && tokens == trace->tokens) {
+        std::ranges::copy(head_scores, trace->probabilities.begin() + static_cast<std::ptrdiff_t>(h * tokens));
+        trace->log_sum_exp[h] = max_score + std::log(total);
+      }
     }
+    values.axpy_all(kernels, scores, group, out.subspan(kv_head * group * head_dim, group * head_dim));
   }
 }
 

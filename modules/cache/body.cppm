@@ -122,62 +122,75 @@ public:
       pack_codes(std::span(codes_).first(layout_.head_dim), layout_.bits, record.first(layout_.code_bytes()));
   }
 
-  // scores[t] = query . decoded(t) for every body token, through the fused kernels.
-  void dot_all(const kernel_table& kernels, std::span<const float> query, std::span<float> scores) const {
+  // For `heads` queries (heads x head_dim, the query heads of one GQA group):
+  // scores[h * stride + t] = query_h . decoded(t) for every body token t. Tokens are visited
+  // in blocks that stay in L1 while every head reads them, so the codes stream from memory
+  // once per group, not once per query head.
+  void dot_all(const kernel_table& kernels, std::span<const float> queries, std::size_t heads, float* scores,
+               std::size_t stride) const {
+    const std::size_t head_dim = layout_.head_dim, groups = layout_.groups();
     if (layout_.block_tokens == 1) {
-      group_sums_.assign(layout_.groups(), 0.0f);
-      for (std::size_t c = 0; c < layout_.head_dim; ++c) group_sums_[c / layout_.group_channels] += query[c];
-      for (std::size_t b = 0; b < store_->size();) {
-        const auto run = store_->run(b);
-        const std::size_t count = run.size() / format_.record_bytes;
-        kernels.dot_records(format_, query.data(), group_sums_.data(), run.data(), count, scores.data() + b);
-        b += count;
-      }
+      head_sums_.assign(heads * groups, 0.0f);
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t c = 0; c < head_dim; ++c)
+          head_sums_[h * groups + c / layout_.group_channels] += queries[h * head_dim + c];
+      for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
+        for (std::size_t h = 0; h < heads; ++h)
+          kernels.dot_records(format_, queries.data() + h * head_dim, head_sums_.data() + h * groups, block.data(),
+                              count, scores + h * stride + first);
+      });
       return;
     }
-    // Per-channel blocks: q . (s * level(c) + z) = (q * s) . level(c) + q . z, so the query
+    // Per-channel blocks: q . (s * level(c) + z) = (q * s) . level(c) + q . z, so each query
     // is scaled once per block and every row of the block is a plain dot with codes.
-    const std::size_t head_dim = layout_.head_dim;
     for (std::size_t b = 0; b < store_->size(); ++b) {
       const auto record = store_->record(b);
-      float constant = 0.0f, scaled_sum = 0.0f;
-      for (std::size_t c = 0; c < head_dim; ++c) {
-        const group_params p = read_params(record, c);
-        scratch_[c] = query[c] * p.scale;
-        scaled_sum += scratch_[c];
-        constant += query[c] * p.zero;
+      read_block_params(record);
+      for (std::size_t h = 0; h < heads; ++h) {
+        const float* query = queries.data() + h * head_dim;
+        float constant = 0.0f, scaled_sum = 0.0f;
+        for (std::size_t c = 0; c < head_dim; ++c) {
+          scratch_[c] = query[c] * block_params_[c].scale;
+          scaled_sum += scratch_[c];
+          constant += query[c] * block_params_[c].zero;
+        }
+        float* out = scores + h * stride + b * layout_.block_tokens;
+        kernels.dot_records(format_, scratch_.data(), &scaled_sum, record.data(), layout_.block_tokens, out);
+        for (std::size_t j = 0; j < layout_.block_tokens; ++j) out[j] += constant;
       }
-      float* out = scores.data() + b * layout_.block_tokens;
-      kernels.dot_records(format_, scratch_.data(), &scaled_sum, record.data(), layout_.block_tokens, out);
-      for (std::size_t j = 0; j < layout_.block_tokens; ++j) out[j] += constant;
     }
   }
 
-  // acc += sum over t of weights[t] * decoded(t), through the fused kernels.
-  void axpy_all(const kernel_table& kernels, std::span<const float> weights, std::span<float> acc) const {
-    const std::size_t head_dim = layout_.head_dim;
+  // For `heads` weight rows (weights[h * stride + t]): acc_h += sum over body tokens t of
+  // weights_h[t] * decoded(t), acc being heads x head_dim; blocked like dot_all.
+  void axpy_all(const kernel_table& kernels, const float* weights, std::size_t stride, std::size_t heads,
+                std::span<float> acc) const {
+    const std::size_t head_dim = layout_.head_dim, groups = layout_.groups();
     if (layout_.block_tokens == 1) {
-      group_sums_.assign(layout_.groups(), 0.0f); // here: the summed constant terms per group
-      for (std::size_t b = 0; b < store_->size();) {
-        const auto run = store_->run(b);
-        const std::size_t count = run.size() / format_.record_bytes;
-        kernels.axpy_records(format_, weights.data() + b, run.data(), count, acc.data(), group_sums_.data());
-        b += count;
-      }
-      for (std::size_t c = 0; c < head_dim; ++c) acc[c] += group_sums_[c / layout_.group_channels];
+      head_sums_.assign(heads * groups, 0.0f); // here: the summed constant terms per head and group
+      for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
+        for (std::size_t h = 0; h < heads; ++h)
+          kernels.axpy_records(format_, weights + h * stride + first, block.data(), count, acc.data() + h * head_dim,
+                               head_sums_.data() + h * groups);
+      });
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t c = 0; c < head_dim; ++c)
+          acc[h * head_dim + c] += head_sums_[h * groups + c / layout_.group_channels];
       return;
     }
     // Per-channel blocks: sum_j w_j (s_c level(c_jc) + z_c) = s_c sum_j w_j level(c_jc) + z_c sum_j w_j.
     for (std::size_t b = 0; b < store_->size(); ++b) {
       const auto record = store_->record(b);
-      const auto w = weights.subspan(b * layout_.block_tokens, layout_.block_tokens);
-      float weight_sum = 0.0f, level_constant = 0.0f;
-      for (const float x : w) weight_sum += x;
-      std::fill_n(scratch_.begin(), head_dim, 0.0f);
-      kernels.axpy_records(format_, w.data(), record.data(), layout_.block_tokens, scratch_.data(), &level_constant);
-      for (std::size_t c = 0; c < head_dim; ++c) {
-        const group_params p = read_params(record, c);
-        acc[c] += p.scale * (scratch_[c] + level_constant) + p.zero * weight_sum;
+      read_block_params(record);
+      for (std::size_t h = 0; h < heads; ++h) {
+        const float* w = weights + h * stride + b * layout_.block_tokens;
+        float weight_sum = 0.0f, level_constant = 0.0f;
+        for (std::size_t j = 0; j < layout_.block_tokens; ++j) weight_sum += w[j];
+        std::fill_n(scratch_.begin(), head_dim, 0.0f);
+        kernels.axpy_records(format_, w, record.data(), layout_.block_tokens, scratch_.data(), &level_constant);
+        for (std::size_t c = 0; c < head_dim; ++c)
+          acc[h * head_dim + c] +=
+              block_params_[c].scale * (scratch_[c] + level_constant) + block_params_[c].zero * weight_sum;
       }
     }
   }
@@ -216,6 +229,24 @@ private:
     }
     return q.encoding().kind == encoding_kind::uniform ? kernels::element_kind::affine_codes
                                                        : kernels::element_kind::table_codes;
+  }
+
+  // Visits the per-token records in runs of at most `block_records`, small enough for L1.
+  template <class Visit>
+  void for_each_block(Visit&& visit) const {
+    constexpr std::size_t block_bytes = 16 << 10;
+    const std::size_t block_records = std::max<std::size_t>(1, block_bytes / format_.record_bytes);
+    for (std::size_t b = 0; b < store_->size();) {
+      const auto run = store_->run(b);
+      const std::size_t count = std::min(block_records, run.size() / format_.record_bytes);
+      visit(b, run.first(count * format_.record_bytes), count);
+      b += count;
+    }
+  }
+
+  void read_block_params(std::span<const std::uint8_t> record) const {
+    block_params_.resize(layout_.head_dim);
+    for (std::size_t c = 0; c < layout_.head_dim; ++c) block_params_[c] = read_params(record, c);
   }
 
   // Per-channel block: each channel's G values form a group, fitted and encoded with the
@@ -274,8 +305,9 @@ private:
   std::vector<std::uint32_t> codes_; // scratch: one block's codes before packing
   std::vector<std::uint8_t> record_; // scratch: one record before it is stored
   // Scratch of the const attention calls: a stream is read by one thread at a time.
-  mutable std::vector<float> scratch_;    // scaled query, or one block's level sums
-  mutable std::vector<float> group_sums_; // per group: query sums, or summed constant terms
+  mutable std::vector<float> scratch_;             // scaled query, or one block's level sums
+  mutable std::vector<float> head_sums_;           // per head and group: query sums or constant terms
+  mutable std::vector<group_params> block_params_; // one per-channel block's parameters
 };
 
 } // namespace kvlab

@@ -71,32 +71,45 @@ public:
   // Removes body tokens (indices among the body's tokens, ascending and unique).
   void erase_body_tokens(std::span<const std::size_t> sorted_tokens) { body_.erase(sorted_tokens); }
 
-  // scores[t] = query . decoded(t) for every held token, oldest first.
-  void dot_all(const kernel_table& kernels, std::span<const float> query, std::span<float> scores) const {
-    half_dot(kernels, sinks_, query, scores.first(sink_tokens()));
-    std::span<const float> body_query = query;
-    if (quantizer_.rotates()) { // q . k = (R q) . (R k): rotate the query once, not every key
-      std::ranges::copy(query, rotated_.begin());
-      quantizer_.rotate(rotated_);
-      body_query = rotated_;
+  // For `heads` queries (heads x head_dim, one GQA group): scores[h * tokens() + t] =
+  // query_h . decoded(t) for every held token t, oldest first (sinks, body, window). The
+  // body's codes are read once for all heads.
+  void dot_all(const kernel_table& kernels, std::span<const float> queries, std::size_t heads,
+               std::span<float> scores) const {
+    const std::size_t n = tokens(), body_start = sink_tokens(), window_start = body_start + body_tokens();
+    for (std::size_t h = 0; h < heads; ++h) {
+      const auto query = queries.subspan(h * head_dim_, head_dim_);
+      half_dot(kernels, sinks_, query, scores.subspan(h * n, body_start));
+      half_dot(kernels, window_, query, scores.subspan(h * n + window_start, window_tokens()));
     }
-    body_.dot_all(kernels, body_query, scores.subspan(sink_tokens(), body_tokens()));
-    half_dot(kernels, window_, query, scores.subspan(sink_tokens() + body_tokens(), window_tokens()));
+    std::span<const float> body_queries = queries.first(heads * head_dim_);
+    if (quantizer_.rotates()) { // q . k = (R q) . (R k): rotate each query once, not every key
+      rotated_.assign(body_queries.begin(), body_queries.end());
+      for (std::size_t h = 0; h < heads; ++h) quantizer_.rotate(std::span(rotated_).subspan(h * head_dim_, head_dim_));
+      body_queries = rotated_;
+    }
+    body_.dot_all(kernels, body_queries, heads, scores.data() + body_start, n);
   }
 
-  // acc += sum over held tokens t of weights[t] * decoded(t).
-  void axpy_all(const kernel_table& kernels, std::span<const float> weights, std::span<float> acc) const {
-    half_axpy(kernels, sinks_, weights.first(sink_tokens()), acc);
-    const auto body_weights = weights.subspan(sink_tokens(), body_tokens());
-    if (quantizer_.rotates()) { // accumulate in the rotated space, un-rotate the sum once
-      std::ranges::fill(rotated_, 0.0f);
-      body_.axpy_all(kernels, body_weights, rotated_);
-      quantizer_.unrotate(rotated_);
-      for (std::size_t c = 0; c < head_dim_; ++c) acc[c] += rotated_[c];
-    } else {
-      body_.axpy_all(kernels, body_weights, acc);
+  // For `heads` weight rows (weights[h * tokens() + t]): acc_h += sum over held tokens t of
+  // weights_h[t] * decoded(t), acc being heads x head_dim.
+  void axpy_all(const kernel_table& kernels, std::span<const float> weights, std::size_t heads,
+                std::span<float> acc) const {
+    const std::size_t n = tokens(), body_start = sink_tokens(), window_start = body_start + body_tokens();
+    for (std::size_t h = 0; h < heads; ++h) {
+      const auto head_acc = acc.subspan(h * head_dim_, head_dim_);
+      half_axpy(kernels, sinks_, weights.subspan(h * n, body_start), head_acc);
+      half_axpy(kernels, window_, weights.subspan(h * n + window_start, window_tokens()), head_acc);
     }
-    half_axpy(kernels, window_, weights.subspan(sink_tokens() + body_tokens(), window_tokens()), acc);
+    if (!quantizer_.rotates()) return body_.axpy_all(kernels, weights.data() + body_start, n, heads, acc);
+    // Accumulate in the rotated space and un-rotate each head's sum once.
+    rotated_.assign(heads * head_dim_, 0.0f);
+    body_.axpy_all(kernels, weights.data() + body_start, n, heads, rotated_);
+    for (std::size_t h = 0; h < heads; ++h) {
+      const auto head_sum = std::span(rotated_).subspan(h * head_dim_, head_dim_);
+      quantizer_.unrotate(head_sum);
+      for (std::size_t c = 0; c < head_dim_; ++c) acc[h * head_dim_ + c] += head_sum[c];
+    }
   }
 
   // Reference decoder of held token t (oldest first): no kernels.
@@ -145,7 +158,7 @@ private:
   kernels::record_format half_format_;
   std::vector<std::uint16_t> sinks_;   // fp16 rows
   std::vector<std::uint16_t> window_;  // fp16 rows, oldest first
-  mutable std::vector<float> rotated_; // scratch: rotated query or body value sum
+  mutable std::vector<float> rotated_; // scratch: rotated queries or body value sums
   std::vector<float> block_;           // scratch: one block leaving the window
 };
 

@@ -117,23 +117,22 @@ struct kernels {
   }
 
   // scores[t] = reduce(dot(t)) for t < count, reducing `width` tokens at a time with one
-  // transposing horizontal add instead of one horizontal add per token.
+  // transposing horizontal add instead of one horizontal add per token. A short last batch
+  // is padded, so every token is reduced in the same order wherever it falls: results do
+  // not depend on how a caller splits a run of records.
   template <class Dot>
   static void reduce_tokens(std::size_t count, float* scores, Dot&& dot) noexcept {
-    std::size_t t = 0;
     floats rows[width];
-    alignas(64) float tails[width];
-    for (; t + width <= count; t += width) {
+    alignas(64) float tails[width], sums[width];
+    for (std::size_t t = 0; t < count; t += width) {
+      const std::size_t batch = std::min(width, count - t);
       for (std::size_t k = 0; k < width; ++k) {
-        const partial_dot d = dot(t + k);
+        const partial_dot d = k < batch ? dot(t + k) : partial_dot{floats(0.0f), 0.0f};
         rows[k] = d.lanes;
         tails[k] = d.tail;
       }
-      (sum_each(rows) + floats::load_aligned(tails)).store_unaligned(scores + t);
-    }
-    for (; t < count; ++t) {
-      const partial_dot d = dot(t);
-      scores[t] = xsimd::hadd(d.lanes) + d.tail;
+      (sum_each(rows) + floats::load_aligned(tails)).store_aligned(sums);
+      std::copy_n(sums, batch, scores + t);
     }
   }
 
