@@ -30,6 +30,7 @@ struct eval_result {
   summary attn_rel_l2; // over layers x query heads x decode steps
   summary attn_cosine;
   std::size_t cache_bytes = 0;  // everything storage holds at the end
+  std::vector<std::size_t> cache_bytes_per_head; // layers x KV heads, keys and values
   double bytes_per_token = 0.0; // cache_bytes / tokens: all layers and KV heads, K and V
 };
 
@@ -84,6 +85,9 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
                      .attn_rel_l2 = summarize(rel_l2),
                      .attn_cosine = summarize(cosine),
                      .cache_bytes = cache.bytes()};
+  for (std::size_t layer = 0; layer < data.layers(); ++layer)
+    for (std::size_t head = 0; head < data.kv_heads(); ++head)
+      result.cache_bytes_per_head.push_back(cache.bytes(layer, head));
   result.bytes_per_token = static_cast<double>(result.cache_bytes) / static_cast<double>(tokens);
   return result;
 }
@@ -102,6 +106,12 @@ inline std::string to_json(const eval_result& r) {
       .add("attn_cosine_min", r.attn_cosine.min)
       .add("bytes_per_token", r.bytes_per_token)
       .add("cache_bytes", r.cache_bytes)
+      .raw("cache_bytes_per_head", [&] {
+        std::string list = "[";
+        for (std::size_t i = 0; i < r.cache_bytes_per_head.size(); ++i)
+          list += (i ? ", " : "") + std::to_string(r.cache_bytes_per_head[i]);
+        return list + "]";
+      }())
       .str();
 }
 
