@@ -2,7 +2,9 @@
 // function from the registry to a table (and its JSON); the definitions live in their own
 // files, one per paper or table, and are listed here.
 module;
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 export module kvlab.configs:experiments;
@@ -14,9 +16,22 @@ import :quantizer_distortion;
 
 export namespace kvlab::configs {
 
+// A grid of cells: every recipe on every data spec for every seed. A data spec may contain
+// "{seed}", replaced by each seed (synthetic generators); specs without it run once per seed
+// with the same data. Cells are what `kvlab run` stores, resumes and shards.
+struct sweep {
+  std::vector<recipe> recipes;
+  std::vector<std::string> data;
+  std::vector<std::uint64_t> seeds = {1};
+  std::size_t decode_steps = 32;
+};
+
+// An experiment is either a sweep (run cell by cell into a results folder) or a function
+// that computes its table directly (quick studies such as quantizer-distortion).
 struct experiment {
   std::string name;
   std::string description;
+  std::optional<sweep> cells;
   std::function<experiment_output(const registry&)> run;
 };
 
@@ -24,14 +39,15 @@ inline const std::vector<experiment>& experiments() {
   static const std::vector<experiment> all = [] {
     std::vector<recipe> recipes;
     for (const auto& b : baselines()) recipes.push_back(b.value);
-    const std::string data = "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)";
+    const std::string data = "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed={seed})";
     return std::vector<experiment>{
-        {"default", "every baseline recipe on embedded Gaussian data (" + data + ")",
-         [recipes, data](const registry& components) { return recipe_table(recipes, data, 32, components); }},
-        {"quantizer-distortion",
-         "MSE of every quantizer and bit width (token groups, D = 128) on unit vectors and N(0,1) data, "
-         "next to the Shannon bound 4^-b",
-         [](const registry& components) { return quantizer_distortion(components); }},
+        {.name = "default",
+         .description = "every baseline recipe on embedded Gaussian data",
+         .cells = sweep{.recipes = recipes, .data = {data}}},
+        {.name = "quantizer-distortion",
+         .description = "MSE of every quantizer and bit width (token groups, D = 128) on unit vectors and N(0,1) "
+                        "data, next to the Shannon bound 4^-b",
+         .run = [](const registry& components) { return quantizer_distortion(components); }},
     };
   }();
   return all;

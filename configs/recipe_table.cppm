@@ -1,12 +1,10 @@
-// The fidelity table of a list of recipes on one data spec: the shape of most experiments.
+// Tables and JSON of evaluation results: what sweeps and experiments print.
 module;
 #include <cstddef>
-#include <iostream>
 #include <string>
 #include <vector>
 export module kvlab.configs:recipe_table;
 import kvlab.core;
-import kvlab.data;
 import kvlab.eval;
 import kvlab.report;
 
@@ -30,17 +28,6 @@ inline std::string eval_json(const std::vector<eval_result>& results) {
   std::string json = "[";
   for (std::size_t i = 0; i < results.size(); ++i) json += (i ? ",\n" : "\n") + to_json(results[i]);
   return json + "\n]\n";
-}
-
-inline experiment_output recipe_table(const std::vector<recipe>& recipes, const std::string& data_spec,
-                                      std::size_t decode_steps, const registry& components) {
-  const kv_data data = load_data(data_spec);
-  std::vector<eval_result> results;
-  for (const auto& r : recipes) {
-    std::clog << "  evaluating " << canonical_name(r) << "\n";
-    results.push_back(evaluate(normalized(r, components), data, components, {.decode_steps = decode_steps}));
-  }
-  return {eval_table(results), eval_json(results)};
 }
 
 } // namespace kvlab::configs

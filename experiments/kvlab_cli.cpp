@@ -1,5 +1,6 @@
 // The `kvlab` command: evaluate a recipe, list strategies, run an experiment.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -7,17 +8,25 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 import kvlab;
+import kvlab.runner;
 
 namespace {
 
 constexpr std::string_view usage = R"(usage:
   kvlab eval --recipe RECIPE --data SPEC [--decode-steps N] [--json]
       Compress SPEC's keys and values with RECIPE and report attention fidelity and bytes.
-  kvlab run NAME [--format md|tex|csv|json]
-      Run the experiment NAME from configs/ and print its table ('kvlab list' shows names).
+  kvlab run NAME [--out DIR] [--threads N] [--shard i/N] [--format md|tex|csv|json]
+      Run the experiment NAME from configs/ ('kvlab list' shows names) and print its table.
+      Sweeps store one folder per cell in DIR (default results/NAME), skip finished cells
+      when run again, and with --shard i/N run every N-th cell (for array jobs).
+  kvlab table DIR [--format md|tex|csv]
+      The table of every cell stored in DIR, best value per column in bold.
+  kvlab merge OUT SHARD_DIR...
+      Join the results folders of shards into OUT.
   kvlab codec --quantizer Q --granularity G --in X.npy --out Y.npy [--scale f16|f32] [--json]
       Quantize and dequantize a float .npy of shape [T, D], [H, T, D] or [L, H, T, D] (each
       head its own stream), write the result with the same shape, report MSE, SNR, max error
@@ -88,8 +97,38 @@ std::string render(const kvlab::text_table& table, const std::string& format) {
   throw kvlab::error("--format must be md, tex, csv or json, not '" + format + "'");
 }
 
+// Rows of the cells stored in a results folder; the best value of each metric in bold.
+kvlab::text_table stored_results_table(const std::vector<kvlab::json_value>& results) {
+  kvlab::text_table table{
+      {"recipe", "data", "attn_rel_l2", "attn_rel_l2_p99", "attn_cosine", "bytes_per_token"}, {}, {}};
+  const char* metrics[] = {"attn_rel_l2", "attn_rel_l2_p99", "attn_cosine", "bytes_per_token"};
+  const bool lower_is_better[] = {true, true, false, true};
+  std::vector<std::vector<double>> values(4);
+  for (const auto& r : results) {
+    const auto text = [&](const char* key) {
+      const auto* v = r.find(key);
+      return v && v->is_string() ? v->string() : std::string("?");
+    };
+    std::vector<std::string> row{text("recipe"), text("data")};
+    for (std::size_t m = 0; m < 4; ++m) {
+      const auto* v = r.find(metrics[m]);
+      const double x = v && v->is_number() ? v->number() : NAN;
+      values[m].push_back(x);
+      row.push_back(kvlab::format_significant(x, m == 3 ? 6 : 4));
+    }
+    table.rows.push_back(row);
+  }
+  for (std::size_t m = 0; m < 4 && !results.empty(); ++m) {
+    const auto& column = values[m];
+    const auto best = lower_is_better[m] ? std::ranges::min_element(column) : std::ranges::max_element(column);
+    for (std::size_t r = 0; r < column.size(); ++r)
+      if (column[r] == *best) table.best.emplace_back(r, m + 2);
+  }
+  return table;
+}
+
 int run_command(int argc, char** argv) {
-  const options opts(argc, argv, {"--format"}, {});
+  const options opts(argc, argv, {"--format", "--out", "--threads", "--shard"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab run takes one experiment name");
   const auto& all = kvlab::configs::experiments();
   const auto found = std::ranges::find(all, opts.positional[0], &kvlab::configs::experiment::name);
@@ -101,8 +140,52 @@ int run_command(int argc, char** argv) {
   const std::string format = opts.has("--format") ? opts.required("--format") : "md";
   if (format != "json") render({}, format); // reject a bad format before the run, not after
   std::clog << "experiment " << found->name << ": " << found->description << "\n";
-  const auto output = found->run(kvlab::builtin_registry());
-  std::cout << (format == "json" ? output.json : render(output.table, format));
+  const auto& components = kvlab::builtin_registry();
+  if (!found->cells) {
+    const auto output = found->run(components);
+    std::cout << (format == "json" ? output.json : render(output.table, format));
+    return 0;
+  }
+  kvlab::run_options run{.out = opts.has("--out") ? opts.required("--out") : "results/" + found->name,
+                         .threads = std::max(1u, std::thread::hardware_concurrency())};
+  if (opts.has("--threads")) run.threads = kvlab::parse_number<unsigned>(opts.required("--threads"), "--threads");
+  if (opts.has("--shard")) {
+    const std::string shard = opts.required("--shard");
+    const auto slash = shard.find('/');
+    if (slash == std::string::npos) throw kvlab::error("--shard " + shard + ": expected i/N, for example 1/4");
+    run.shard_index = kvlab::parse_number<unsigned>(shard.substr(0, slash), "--shard index");
+    run.shard_count = kvlab::parse_number<unsigned>(shard.substr(slash + 1), "--shard count");
+  }
+  const auto summary = kvlab::run_sweep(*found->cells, components, run);
+  std::clog << summary.cells << " cells in this shard: " << summary.computed << " computed, " << summary.skipped
+            << " already done; results in " << run.out.string() << "\n";
+  // The table comes from what is stored, never from memory.
+  if (format == "json") {
+    const auto texts = kvlab::stored_metrics(run.out);
+    std::cout << "[";
+    for (std::size_t i = 0; i < texts.size(); ++i) std::cout << (i ? ",\n" : "\n") << texts[i];
+    std::cout << "]\n";
+    return 0;
+  }
+  std::cout << render(stored_results_table(kvlab::read_results(run.out)), format);
+  return 0;
+}
+
+int table_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--format"}, {});
+  if (opts.positional.size() != 1) throw kvlab::error("kvlab table takes one results folder");
+  const std::string format = opts.has("--format") ? opts.required("--format") : "md";
+  if (format == "json") throw kvlab::error("kvlab table renders md, tex or csv; the cells' metrics.json are the JSON");
+  std::cout << render(stored_results_table(kvlab::read_results(opts.positional[0])), format);
+  return 0;
+}
+
+int merge_command(int argc, char** argv) {
+  const options opts(argc, argv, {}, {});
+  if (opts.positional.size() < 2) throw kvlab::error("kvlab merge takes OUT and at least one shard folder");
+  const std::vector<std::filesystem::path> shards(opts.positional.begin() + 1, opts.positional.end());
+  const auto copied = kvlab::merge_results(opts.positional[0], shards);
+  std::cout << "merged " << copied << " cells into " << opts.positional[0] << "\n";
   return 0;
 }
 
@@ -203,6 +286,8 @@ int main(int argc, char** argv) {
     if (command == "list") return list_command(argc, argv);
     if (command == "codec") return codec_command(argc, argv);
     if (command == "export") return export_command(argc, argv);
+    if (command == "table") return table_command(argc, argv);
+    if (command == "merge") return merge_command(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       std::cout << usage;
       return 0;

@@ -5,12 +5,14 @@ module;
 #include <charconv>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 export module kvlab.report;
+export import :json;
 import kvlab.core;
 
 export namespace kvlab {
@@ -67,13 +69,14 @@ private:
 struct text_table {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::pair<std::size_t, std::size_t>> best; // (row, column) cells to emphasize
 
   std::string markdown() const {
     const auto widths = column_widths();
     std::string out = line(header, widths) + "|";
     for (std::size_t c = 0; c < header.size(); ++c) out += std::string(widths[c] + 1, '-') + (numeric(c) ? ":|" : "-|");
     out += "\n";
-    for (const auto& row : rows) out += line(row, widths);
+    for (std::size_t r = 0; r < rows.size(); ++r) out += line(markdown_cells(r), widths);
     return out;
   }
 
@@ -82,7 +85,7 @@ struct text_table {
     std::string spec, out;
     for (std::size_t c = 0; c < header.size(); ++c) spec += numeric(c) ? "r" : "l";
     out = "\\begin{tabular}{" + spec + "}\n\\toprule\n" + latex_line(header) + "\\midrule\n";
-    for (const auto& row : rows) out += latex_line(row);
+    for (std::size_t r = 0; r < rows.size(); ++r) out += latex_line(rows[r], r);
     return out + "\\bottomrule\n\\end{tabular}\n";
   }
 
@@ -117,10 +120,20 @@ private:
     }
     return out;
   }
-  static std::string latex_line(const std::vector<std::string>& cells) {
+  std::string latex_line(const std::vector<std::string>& cells, std::size_t row = SIZE_MAX) const {
     std::string out;
-    for (std::size_t c = 0; c < cells.size(); ++c) out += (c ? " & " : "") + latex_escape(cells[c]);
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const bool bold = std::ranges::find(best, std::pair{row, c}) != best.end();
+      out += (c ? " & " : "") + (bold ? "\\textbf{" + latex_escape(cells[c]) + "}" : latex_escape(cells[c]));
+    }
     return out + " \\\\\n";
+  }
+  // The cells of a row with the best ones in Markdown bold.
+  std::vector<std::string> markdown_cells(std::size_t row) const {
+    auto cells = rows[row];
+    for (const auto& [r, c] : best)
+      if (r == row) cells[c] = "**" + cells[c] + "**";
+    return cells;
   }
   static std::string csv_line(const std::vector<std::string>& cells) {
     std::string out;
@@ -136,16 +149,17 @@ private:
   bool numeric(std::size_t column) const {
     return !rows.empty() && std::ranges::all_of(rows, [&](const auto& row) {
       double value;
-      const auto& cell = row[column];
+      const std::string_view cell = std::string_view(row[column]);
       const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
       return ec == std::errc{} && ptr == cell.data() + cell.size();
     });
   }
   std::vector<std::size_t> column_widths() const {
     std::vector<std::size_t> widths(header.size());
-    for (std::size_t c = 0; c < header.size(); ++c) {
-      widths[c] = header[c].size();
-      for (const auto& row : rows) widths[c] = std::max(widths[c], row[c].size());
+    for (std::size_t c = 0; c < header.size(); ++c) widths[c] = header[c].size();
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto cells = markdown_cells(r);
+      for (std::size_t c = 0; c < header.size(); ++c) widths[c] = std::max(widths[c], cells[c].size());
     }
     return widths;
   }

@@ -1,0 +1,245 @@
+// kvlab.runner: runs a sweep cell by cell into a results folder. One folder per cell, named
+// from the canonical recipe, the data spec and the seed, holding metrics.json,
+// provenance.json and recipe.txt. A cell is computed in a temporary folder and renamed into
+// place, so a folder that exists is complete: re-running skips it, an interrupted run loses
+// at most the cells in flight. Cells run in parallel, each on one thread, so results are
+// bit-identical whatever the thread count. `--shard i/N` runs every N-th cell.
+module;
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "git_revision.hpp"
+export module kvlab.runner;
+import kvlab;
+
+export namespace kvlab {
+
+struct sweep_cell {
+  recipe value;
+  std::string data; // with the seed substituted
+  std::uint64_t seed = 0;
+  std::string folder; // the cell's folder name
+};
+
+// Folder names are the cell's identity; characters a file system cannot hold are escaped.
+inline std::string cell_folder_name(const recipe& r, const std::string& data, std::uint64_t seed) {
+  std::string name = canonical_name(r) + "__" + data + "__seed=" + std::to_string(seed);
+  std::string safe;
+  for (const char c : name) {
+    if (c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20) {
+      char escaped[4];
+      std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
+      safe += escaped;
+    } else {
+      safe += c;
+    }
+  }
+  if (safe.size() > 200) { // keep under NAME_MAX, still unique: a digest of the whole name
+    std::uint64_t digest = 0xcbf29ce484222325ull;
+    for (const char c : safe) digest = (digest ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+    safe = safe.substr(0, 180) + "~" + hex;
+  }
+  return safe;
+}
+
+inline std::vector<sweep_cell> expand_cells(const configs::sweep& s, const registry& components) {
+  std::vector<sweep_cell> cells;
+  for (const auto& spec : s.data)
+    for (const auto seed : s.seeds)
+      for (const auto& r : s.recipes) {
+        std::string data = spec;
+        if (const auto at = data.find("{seed}"); at != std::string::npos) data.replace(at, 6, std::to_string(seed));
+        const recipe normal = normalized(r, components);
+        cells.push_back({normal, data, seed, cell_folder_name(normal, data, seed)});
+      }
+  return cells;
+}
+
+// FNV-1a over the data's bytes: which exact data produced a result.
+inline std::string data_digest(const kv_data& data) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const kv_tensor* t : {&data.keys, &data.values, &data.queries})
+    for (const float x : t->values()) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      for (int i = 0; i < 4; ++i) h = (h ^ ((bits >> (8 * i)) & 0xffu)) * 0x100000001b3ull;
+    }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+inline std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+inline std::string provenance_json(const sweep_cell& cell, const kv_data& data, const eval_result& result) {
+  return json_object()
+      .add("git_revision", KVLAB_GIT_REVISION)
+      .add("compiler", "clang " __clang_version__)
+      .add("flags", KVLAB_CXX_FLAGS)
+      .add("cpu", cpu_model())
+      .add("isa", result.isa)
+      .add("seed", std::size_t{cell.seed})
+      .add("data", cell.data)
+      .add("data_digest", data_digest(data))
+      .add("recipe", canonical_name(cell.value))
+      .str();
+}
+
+inline void write_file(const std::filesystem::path& file, const std::string& text) {
+  std::ofstream out(file, std::ios::binary);
+  out << text;
+  if (!out.flush()) throw error("cannot write " + file.string());
+}
+
+struct run_options {
+  std::filesystem::path out;
+  unsigned threads = 1;
+  unsigned shard_index = 1; // 1-based
+  unsigned shard_count = 1;
+  bool progress = true;
+};
+
+struct run_summary {
+  std::size_t cells = 0;   // in this shard
+  std::size_t skipped = 0; // already complete
+  std::size_t computed = 0;
+};
+
+// Runs the cells of this shard that have no folder yet.
+inline run_summary run_sweep(const configs::sweep& s, const registry& components, const run_options& options) {
+  if (options.shard_count == 0 || options.shard_index == 0 || options.shard_index > options.shard_count)
+    throw error("--shard " + std::to_string(options.shard_index) + "/" + std::to_string(options.shard_count) +
+                ": expected i/N with 1 <= i <= N");
+  std::filesystem::create_directories(options.out);
+  std::vector<sweep_cell> todo;
+  run_summary summary;
+  const auto cells = expand_cells(s, components);
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    if (i % options.shard_count != options.shard_index - 1) continue;
+    ++summary.cells;
+    if (std::filesystem::exists(options.out / cells[i].folder / "metrics.json")) {
+      ++summary.skipped;
+      continue;
+    }
+    todo.push_back(cells[i]);
+  }
+
+  std::mutex report;
+  std::atomic<std::size_t> next{0}, done{0};
+  std::exception_ptr failure;
+  const auto start = std::chrono::steady_clock::now();
+  const bool terminal = isatty(fileno(stderr));
+  const auto show_progress = [&] {
+    if (!options.progress) return;
+    const std::size_t finished = done.load();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double eta =
+        finished ? elapsed / static_cast<double>(finished) * static_cast<double>(todo.size() - finished) : 0.0;
+    const std::size_t width = 30, filled = todo.empty() ? width : width * finished / todo.size();
+    std::clog << (terminal ? "\r" : "") << "[" << std::string(filled, '#') << std::string(width - filled, '.') << "] "
+              << finished << "/" << todo.size() << " cells, ETA " << static_cast<long>(eta) << " s"
+              << (terminal && finished < todo.size() ? "" : "\n") << std::flush;
+  };
+  const auto worker = [&] {
+    for (std::size_t i; (i = next++) < todo.size();) {
+      try {
+        const auto& cell = todo[i];
+        const kv_data data = load_data(cell.data);
+        const eval_result result = evaluate(cell.value, data, components, {.decode_steps = s.decode_steps});
+        // Complete the cell in a temporary folder, then rename it into place.
+        const auto staging = options.out / (".staging-" + std::to_string(getpid()) + "-" + std::to_string(i));
+        std::filesystem::remove_all(staging);
+        std::filesystem::create_directories(staging);
+        write_file(staging / "metrics.json", to_json(result) + "\n");
+        write_file(staging / "provenance.json", provenance_json(cell, data, result) + "\n");
+        write_file(staging / "recipe.txt", canonical_name(cell.value) + "\n");
+        std::error_code ec;
+        std::filesystem::rename(staging, options.out / cell.folder, ec);
+        if (ec) std::filesystem::remove_all(staging); // another run finished the same cell first
+        ++done;
+        const std::lock_guard lock(report);
+        show_progress();
+      } catch (...) {
+        const std::lock_guard lock(report);
+        if (!failure) failure = std::current_exception();
+        next = todo.size(); // stop handing out cells; finished ones stay
+      }
+    }
+  };
+  std::vector<std::jthread> pool;
+  for (unsigned t = 0; t < std::max(1u, options.threads); ++t) pool.emplace_back(worker);
+  pool.clear(); // join
+  if (failure) std::rethrow_exception(failure);
+  summary.computed = done;
+  return summary;
+}
+
+// The metrics.json text of every cell folder of `dir`, sorted by folder name.
+inline std::vector<std::string> stored_metrics(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir)) throw error(dir.string() + " is not a results folder");
+  std::vector<std::filesystem::path> folders;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.is_directory() && !entry.path().filename().string().starts_with(".") &&
+        std::filesystem::exists(entry.path() / "metrics.json"))
+      folders.push_back(entry.path());
+  std::ranges::sort(folders);
+  std::vector<std::string> texts;
+  for (const auto& folder : folders) {
+    std::ifstream in(folder / "metrics.json", std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string metrics = text.str();
+    while (!metrics.empty() && metrics.back() == '\n') metrics.pop_back();
+    texts.push_back(std::move(metrics));
+  }
+  return texts;
+}
+
+// Every cell of `dir`, parsed from its metrics.json, sorted by folder name.
+inline std::vector<json_value> read_results(const std::filesystem::path& dir) {
+  std::vector<json_value> results;
+  for (const auto& text : stored_metrics(dir)) results.push_back(parse_json(text, dir.string() + " metrics.json"));
+  return results;
+}
+
+// Copies the cell folders of `shards` into `out`; a cell present twice must be identical.
+inline std::size_t merge_results(const std::filesystem::path& out, const std::vector<std::filesystem::path>& shards) {
+  std::filesystem::create_directories(out);
+  std::size_t copied = 0;
+  for (const auto& shard : shards) {
+    if (!std::filesystem::is_directory(shard)) throw error(shard.string() + " is not a results folder");
+    for (const auto& entry : std::filesystem::directory_iterator(shard)) {
+      if (!entry.is_directory() || entry.path().filename().string().starts_with(".")) continue;
+      const auto target = out / entry.path().filename();
+      if (std::filesystem::exists(target)) continue;
+      const auto staging = out / (".merging-" + entry.path().filename().string());
+      std::filesystem::remove_all(staging);
+      std::filesystem::copy(entry.path(), staging, std::filesystem::copy_options::recursive);
+      std::filesystem::rename(staging, target);
+      ++copied;
+    }
+  }
+  return copied;
+}
+
+} // namespace kvlab
