@@ -37,8 +37,8 @@ BOOST_AUTO_TEST_CASE(int8_per_token_meets_the_fidelity_bar_and_counts_its_bytes)
   // 2 layers x 2 KV heads x (keys, values) x (128 one-byte codes + one fp16 scale).
   BOOST_TEST(r.bytes_per_token == 2.0 * 2 * 2 * (128 + 2));
   BOOST_TEST(r.cache_bytes == std::size_t{1024} * 2 * 2 * 2 * (128 + 2));
-  BOOST_TEST(r.attn_rel_l2.count == 2u * 8 * 32); // layers x query heads x steps
-  BOOST_TEST(r.cache_bytes_per_head.size() == 4u);  // layers x KV heads
+  BOOST_TEST(r.attn_rel_l2.count == 2u * 8 * 32);  // layers x query heads x steps
+  BOOST_TEST(r.cache_bytes_per_head.size() == 4u); // layers x KV heads
   std::size_t per_head_total = 0;
   for (const auto bytes : r.cache_bytes_per_head) per_head_total += bytes;
   BOOST_TEST(per_head_total == r.cache_bytes);

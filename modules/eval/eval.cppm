@@ -29,9 +29,9 @@ struct eval_result {
   std::size_t decode_steps = 0;
   summary attn_rel_l2; // over layers x query heads x decode steps
   summary attn_cosine;
-  std::size_t cache_bytes = 0;  // everything storage holds at the end
+  std::size_t cache_bytes = 0;                   // everything storage holds at the end
   std::vector<std::size_t> cache_bytes_per_head; // layers x KV heads, keys and values
-  double bytes_per_token = 0.0; // cache_bytes / tokens: all layers and KV heads, K and V
+  double bytes_per_token = 0.0;                  // cache_bytes / tokens: all layers and KV heads, K and V
 };
 
 inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
@@ -106,12 +106,13 @@ inline std::string to_json(const eval_result& r) {
       .add("attn_cosine_min", r.attn_cosine.min)
       .add("bytes_per_token", r.bytes_per_token)
       .add("cache_bytes", r.cache_bytes)
-      .raw("cache_bytes_per_head", [&] {
-        std::string list = "[";
-        for (std::size_t i = 0; i < r.cache_bytes_per_head.size(); ++i)
-          list += (i ? ", " : "") + std::to_string(r.cache_bytes_per_head[i]);
-        return list + "]";
-      }())
+      .raw("cache_bytes_per_head",
+           [&] {
+             std::string list = "[";
+             for (std::size_t i = 0; i < r.cache_bytes_per_head.size(); ++i)
+               list += (i ? ", " : "") + std::to_string(r.cache_bytes_per_head[i]);
+             return list + "]";
+           }())
       .str();
 }
 
