@@ -27,6 +27,9 @@ constexpr std::string_view usage = R"(usage:
       The table of every cell stored in DIR, best value per column in bold.
   kvlab merge OUT SHARD_DIR...
       Join the results folders of shards into OUT.
+  kvlab plot DIR [--out FILE.svg]
+      SVG of attention error against bytes per token for every stored cell, with the
+      Pareto front (default FILE: DIR/fidelity_vs_bytes.svg).
   kvlab codec --quantizer Q --granularity G --in X.npy --out Y.npy [--scale f16|f32] [--json]
       Quantize and dequantize a float .npy of shape [T, D], [H, T, D] or [L, H, T, D] (each
       head its own stream), write the result with the same shape, report MSE, SNR, max error
@@ -180,6 +183,27 @@ int table_command(int argc, char** argv) {
   return 0;
 }
 
+int plot_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--out"}, {});
+  if (opts.positional.size() != 1) throw kvlab::error("kvlab plot takes one results folder");
+  const std::filesystem::path dir = opts.positional[0];
+  const std::filesystem::path file =
+      opts.has("--out") ? std::filesystem::path(opts.required("--out")) : dir / "fidelity_vs_bytes.svg";
+  std::vector<kvlab::plot_point> points;
+  for (const auto& r : kvlab::read_results(dir)) {
+    const auto* bytes = r.find("bytes_per_token");
+    const auto* error = r.find("attn_rel_l2");
+    const auto* recipe = r.find("recipe");
+    if (!bytes || !error || !recipe || !bytes->is_number() || !error->is_number() || !recipe->is_string())
+      throw kvlab::error(dir.string() + ": a cell's metrics.json lacks recipe, bytes_per_token or attn_rel_l2");
+    points.push_back({bytes->number(), error->number(), recipe->string()});
+  }
+  kvlab::write_text_atomically(file, kvlab::scatter_svg(points, "bytes per token (all layers and KV heads)",
+                                                        "attention output relative L2 error", dir.filename().string()));
+  std::cout << "wrote " << file.string() << " (" << points.size() << " cells)\n";
+  return 0;
+}
+
 int merge_command(int argc, char** argv) {
   const options opts(argc, argv, {}, {});
   if (opts.positional.size() < 2) throw kvlab::error("kvlab merge takes OUT and at least one shard folder");
@@ -288,6 +312,7 @@ int main(int argc, char** argv) {
     if (command == "export") return export_command(argc, argv);
     if (command == "table") return table_command(argc, argv);
     if (command == "merge") return merge_command(argc, argv);
+    if (command == "plot") return plot_command(argc, argv);
     if (command == "help" || command == "--help" || command == "-h") {
       std::cout << usage;
       return 0;

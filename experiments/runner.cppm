@@ -111,6 +111,13 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
   if (!out.flush()) throw error("cannot write " + file.string());
 }
 
+// Writes `file` through a temporary file renamed into place: never a half-written file.
+inline void write_text_atomically(const std::filesystem::path& file, const std::string& text) {
+  const auto temporary = file.parent_path() / ("." + file.filename().string() + ".partial");
+  write_file(temporary, text);
+  std::filesystem::rename(temporary, file);
+}
+
 struct run_options {
   std::filesystem::path out;
   unsigned threads = 1;

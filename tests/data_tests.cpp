@@ -46,10 +46,15 @@ BOOST_AUTO_TEST_CASE(gaussian_is_reproducible_per_seed) {
 
 BOOST_AUTO_TEST_CASE(bad_specs_name_the_problem) {
   BOOST_TEST(load_error("gaussian").find("expected source:arguments") != std::string::npos);
-  BOOST_TEST(load_error("real:gaussian()").find("unknown source 'real'; allowed: synthetic") != std::string::npos);
-  BOOST_TEST(load_error("synthetic:uniform()").find("unknown synthetic generator 'uniform'") != std::string::npos);
-  BOOST_TEST(load_error("synthetic:gaussian(X=1)").find("unknown parameter 'X'; allowed: D (default 128)") !=
+  BOOST_TEST(load_error("real:gaussian()").find("unknown source 'real'; allowed: synthetic, npy, safetensors") !=
              std::string::npos);
+  BOOST_TEST(load_error("npy:").find("no path after 'npy:'") != std::string::npos);
+  BOOST_TEST(load_error("npy:/no/such/dir").find("/no/such/dir") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:uniform()").find("unknown synthetic generator 'uniform'; allowed: gaussian, llm") !=
+             std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(X=1)")
+                 .find("unknown parameter 'X'; allowed: L (default 2), H (default 2), Q (default 8), T (default 1024), "
+                       "D (default 128), seed (default 1)") != std::string::npos);
   BOOST_TEST(load_error("synthetic:gaussian(T=1)").find("T = 1 must be a whole number >= 2") != std::string::npos);
   BOOST_TEST(load_error("synthetic:gaussian(D=2.5)").find("D = 2.5 must be a whole number") != std::string::npos);
   BOOST_TEST(load_error("synthetic:gaussian(H=0)").find("H = 0 must be a whole number >= 1") != std::string::npos);

@@ -109,4 +109,23 @@ BOOST_AUTO_TEST_CASE(metrics_have_their_textbook_values) {
   BOOST_TEST(s.min == 1.0);
 }
 
+BOOST_AUTO_TEST_CASE(pareto_front_keeps_exactly_the_undominated_points) {
+  const std::vector<kvlab::plot_point> points{
+      {4, 1, "a"}, {1, 5, "b"}, {2, 3, "c"}, {3, 4, "dominated by c"}, {5, 0.5, "d"}, {2, 6, "dominated by b and c"}};
+  const auto front = kvlab::pareto_front(points);
+  std::vector<std::string> labels;
+  for (const auto& p : front) labels.push_back(p.label);
+  BOOST_TEST(labels == (std::vector<std::string>{"b", "c", "a", "d"}), boost::test_tools::per_element());
+  BOOST_CHECK_THROW(kvlab::scatter_svg({}, "x", "y", "t"), kvlab::error);
+}
+
+BOOST_AUTO_TEST_CASE(json_reader_reads_what_kvlab_writes_and_rejects_malformed_text) {
+  const auto v = kvlab::parse_json(R"({"a": [1, -2.5e3, true, null], "s": "x\"\u00e9", "o": {}})", "test");
+  BOOST_TEST(v.find("a")->array()[1].number() == -2500.0);
+  BOOST_TEST(v.find("s")->string() == "x\"\xc3\xa9");
+  BOOST_TEST(v.find("o")->object().empty());
+  for (const char* bad : {"{", "{\"a\" 1}", "[1,]", "{\"a\":1,\"a\":2}", "\"\\q\"", "[1] x", "nul"})
+    BOOST_CHECK_THROW(kvlab::parse_json(bad, "test"), kvlab::error);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

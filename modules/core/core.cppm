@@ -10,3 +10,4 @@ export import :concepts;
 export import :erased;
 export import :registry;
 export import :recipe;
+export import :arguments;

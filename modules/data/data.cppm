@@ -1,4 +1,6 @@
-// kvlab.data: KV workloads from data specs. Implemented: synthetic:gaussian(...).
+// kvlab.data: KV workloads from data specs: synthetic:gaussian(...), synthetic:llm(...)
+// (modules/data/synthetic_llm.cppm documents its knobs), npy:DIR and safetensors:FILE
+// (modules/data/kv_files.cppm; see docs/capturing_kv.md).
 //   synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1): i.i.d. N(0,1) keys, values and
 //   queries; L layers, H KV heads, Q query heads (a multiple of H), T tokens, head_dim D.
 module;
@@ -11,44 +13,12 @@ module;
 #include <string_view>
 export module kvlab.data;
 import kvlab.core;
+import kvlab.data.llm;
+import kvlab.data.files;
 
 export namespace kvlab {
 
 namespace detail {
-
-// key=value arguments of a generator, each known key with its default.
-class generator_args {
-public:
-  generator_args(const term& t, std::string_view spec, std::map<std::string, double> defaults)
-      : spec_(spec), values_(std::move(defaults)) {
-    for (const auto& arg : t.args) {
-      const auto equals = arg.find('=');
-      if (equals == std::string::npos) fail("argument '" + arg + "' is not key=value");
-      const std::string key = arg.substr(0, equals);
-      if (!values_.contains(key)) fail("unknown parameter '" + key + "'; allowed: " + allowed());
-      if (!given_.insert({key, true}).second) fail("parameter '" + key + "' is given twice");
-      values_[key] = parse_number<double>(arg.substr(equals + 1), "data spec '" + spec_ + "', parameter " + key);
-    }
-  }
-  std::size_t count(const std::string& key, std::size_t min = 1) const {
-    const double value = values_.at(key);
-    if (value != std::floor(value) || value < static_cast<double>(min) || value > 1e9)
-      fail("parameter " + key + " = " + format_number(value) + " must be a whole number >= " + std::to_string(min));
-    return static_cast<std::size_t>(value);
-  }
-  [[noreturn]] void fail(const std::string& what) const { throw error("data spec '" + spec_ + "': " + what); }
-
-private:
-  std::string allowed() const {
-    std::string out;
-    for (const auto& [key, value] : values_)
-      out += (out.empty() ? "" : ", ") + key + " (default " + format_number(value) + ")";
-    return out;
-  }
-  std::string spec_;
-  std::map<std::string, double> values_;
-  std::map<std::string, bool> given_;
-};
 
 inline void fill_gaussian(kv_tensor& tensor, std::uint64_t seed, std::uint64_t tensor_id) {
   const auto& s = tensor.shape();
@@ -61,16 +31,17 @@ inline void fill_gaussian(kv_tensor& tensor, std::uint64_t seed, std::uint64_t t
 }
 
 // Refuses workloads that would not fit this machine's memory, before allocating them.
-inline void check_size(const generator_args& args, std::size_t elements) {
+inline void check_size(const generator_arguments& args, std::size_t elements) {
   constexpr std::size_t limit = std::size_t{4} << 30; // 16 GiB of float32
   if (elements > limit) args.fail("needs " + std::to_string(elements * 4 >> 20) + " MiB; the limit is 16384 MiB");
 }
 
 inline kv_data gaussian(const term& t, std::string_view spec) {
-  const generator_args args(t, spec, {{"L", 2}, {"H", 2}, {"Q", 8}, {"T", 1024}, {"D", 128}, {"seed", 1}});
-  const std::size_t layers = args.count("L"), kv_heads = args.count("H"), q_heads = args.count("Q");
-  const std::size_t tokens = args.count("T", 2), head_dim = args.count("D");
-  const auto seed = static_cast<std::uint64_t>(args.count("seed", 0));
+  const generator_arguments args(t, spec, {{"L", 2}, {"H", 2}, {"Q", 8}, {"T", 1024}, {"D", 128}, {"seed", 1}});
+  const std::size_t layers = args.whole_number("L"), kv_heads = args.whole_number("H"),
+                    q_heads = args.whole_number("Q");
+  const std::size_t tokens = args.whole_number("T", 2), head_dim = args.whole_number("D");
+  const auto seed = static_cast<std::uint64_t>(args.whole_number("seed", 0));
   if (q_heads % kv_heads != 0)
     args.fail("Q = " + std::to_string(q_heads) + " query heads is not a multiple of H = " + std::to_string(kv_heads) +
               " KV heads (grouped-query attention)");
@@ -100,10 +71,16 @@ inline kv_data load_data(std::string_view spec) {
       check_consistent(data);
       return data;
     }
+    if (generator.name == "llm") return synthetic_llm(generator, spec);
     throw error("data spec '" + std::string(spec) + "': unknown synthetic generator '" + generator.name +
-                "'; allowed: gaussian");
+                "'; allowed: gaussian, llm");
   }
-  throw error("data spec '" + std::string(spec) + "': unknown source '" + source + "'; allowed: synthetic");
+  const std::string path(spec.substr(colon + 1));
+  if (path.empty()) throw error("data spec '" + std::string(spec) + "': no path after '" + source + ":'");
+  if (source == "npy") return load_npy_dir(path);
+  if (source == "safetensors") return load_safetensors(path);
+  throw error("data spec '" + std::string(spec) + "': unknown source '" + source +
+              "'; allowed: synthetic, npy, safetensors");
 }
 
 } // namespace kvlab

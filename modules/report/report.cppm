@@ -13,6 +13,7 @@ module;
 #include <vector>
 export module kvlab.report;
 export import :json;
+export import :plot;
 import kvlab.core;
 
 export namespace kvlab {
