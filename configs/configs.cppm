@@ -3,4 +3,5 @@ export module kvlab.configs;
 export import :baselines;
 export import :recipe_table;
 export import :quantizer_distortion;
+export import :kivi_ablation;
 export import :experiments;

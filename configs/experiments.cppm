@@ -13,6 +13,7 @@ import kvlab.report;
 import :baselines;
 import :recipe_table;
 import :quantizer_distortion;
+import :kivi_ablation;
 
 export namespace kvlab::configs {
 
@@ -44,6 +45,9 @@ inline const std::vector<experiment>& experiments() {
         {.name = "default",
          .description = "every baseline recipe on embedded Gaussian data",
          .cells = sweep{.recipes = recipes, .data = {data}}},
+        {.name = "kivi-ablation",
+         .description = "keys per channel vs per token, values per token, 2/4 bits, residual 0/128 on synthetic:llm",
+         .cells = sweep{.recipes = kivi_ablation_recipes(), .data = {kivi_ablation_data}}},
         {.name = "quantizer-distortion",
          .description = "MSE of every quantizer and bit width (token groups, D = 128) on unit vectors and N(0,1) "
                         "data, next to the Shannon bound 4^-b",
