@@ -2,6 +2,7 @@
 // the exact header numpy writes, atomic replacement, and every kind of malformed file.
 #include <boost/test/unit_test.hpp>
 
+#include "test_files.hpp"
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -18,66 +19,11 @@
 #include <vector>
 import kvlab;
 
+using namespace kvlab_test;
+
 using namespace std::string_literals;
 
 namespace {
-
-// A path in the temporary directory that no other test (or concurrent run) uses.
-std::filesystem::path unique_temp_path(const std::string& stem) {
-  static unsigned counter = 0;
-  static const auto run = std::random_device{}();
-  return std::filesystem::temp_directory_path() /
-         ("kvlab_npy_test_" + std::to_string(run) + "_" + std::to_string(counter++) + "_" + stem);
-}
-
-// A scratch file removed when the test ends, whatever happens.
-class scratch_file {
-public:
-  explicit scratch_file(const std::string& stem) : path_(unique_temp_path(stem + ".npy")) {}
-  ~scratch_file() {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  scratch_file(const scratch_file&) = delete;
-  scratch_file& operator=(const scratch_file&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  void write(const std::string& bytes) const {
-    std::ofstream out(path_, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    BOOST_REQUIRE(out.good());
-  }
-  std::string contents() const {
-    std::ifstream in(path_, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-
-private:
-  std::filesystem::path path_;
-};
-
-// A scratch directory (for checking that no temporary files are left behind).
-class scratch_directory {
-public:
-  scratch_directory() : path_(unique_temp_path("dir")) { std::filesystem::create_directory(path_); }
-  ~scratch_directory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  scratch_directory(const scratch_directory&) = delete;
-  scratch_directory& operator=(const scratch_directory&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(path_))
-      names.push_back(entry.path().filename().string());
-    return names;
-  }
-
-private:
-  std::filesystem::path path_;
-};
 
 template <class Bits>
 std::string bytes_of(Bits bits, bool big_endian) {
@@ -107,16 +53,6 @@ std::string float16_data(std::initializer_list<std::uint16_t> bits, bool big_end
   return bytes;
 }
 
-// A format 1.0 file around an arbitrary header dict, padded like numpy pads (for malformed
-// headers; the well-formed files below spell their headers out byte by byte).
-std::string version_1_file(const std::string& dict, const std::string& data) {
-  std::string header = dict;
-  header.append(63 - (10 + header.size()) % 64, ' ');
-  header += '\n';
-  return "\x93NUMPY\x01\x00"s + static_cast<char>(header.size() & 0xff) + static_cast<char>(header.size() >> 8) +
-         header + data;
-}
-
 std::string read_error(const std::filesystem::path& file) {
   try {
     kvlab::read_npy(file);
@@ -133,15 +69,6 @@ std::string read_error_of(const std::string& bytes) {
   // Every message names the file.
   BOOST_TEST(message.find(file.path().string()) != std::string::npos, message);
   return message;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) return false;
-  return true;
 }
 
 using shape_t = std::vector<std::size_t>;
@@ -238,7 +165,7 @@ BOOST_AUTO_TEST_CASE(accepts_headers_other_writers_produce) {
                                   "{'descr':'<f4','fortran_order':False,'shape':(2,3)}"s,
                                   "{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }"s}) {
     const scratch_file file("lenient");
-    file.write(version_1_file(dict, six));
+    file.write(npy_version_1_file(dict, six));
     const auto array = kvlab::read_npy(file.path());
     BOOST_TEST(array.shape == (shape_t{2, 3}), boost::test_tools::per_element());
     BOOST_TEST(array.values == (std::vector<float>{1, 2, 3, 4, 5, 6}), boost::test_tools::per_element());
@@ -404,7 +331,7 @@ BOOST_AUTO_TEST_CASE(headers_that_are_not_the_dict_literal_are_rejected) {
   const std::string data = float32_data({1, 2, 3});
   const std::string invalid = "header is not a valid Python dict literal of the keys 'descr', 'fortran_order', 'shape'";
   const auto check = [&](const std::string& dict, const std::string& problem) {
-    const std::string message = read_error_of(version_1_file(dict, data));
+    const std::string message = read_error_of(npy_version_1_file(dict, data));
     BOOST_TEST(contains(message, invalid), message);
     BOOST_TEST(contains(message, problem), message);
   };
@@ -435,72 +362,73 @@ BOOST_AUTO_TEST_CASE(headers_that_are_not_the_dict_literal_are_rejected) {
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_dtypes_list_the_supported_ones) {
-  const std::string message =
-      read_error_of(version_1_file("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", std::string(12, 'x')));
+  const std::string message = read_error_of(
+      npy_version_1_file("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", std::string(12, 'x')));
   BOOST_TEST(contains(message, "unsupported dtype '<i4'; supported: '<f4', '<f2', '<f8', '>f4', '>f2', '>f8'"),
              message);
-  BOOST_TEST(contains(read_error_of(version_1_file("{'descr': 'float32', 'fortran_order': False, 'shape': (3,)}", "")),
-                      "unsupported dtype 'float32'"));
+  BOOST_TEST(
+      contains(read_error_of(npy_version_1_file("{'descr': 'float32', 'fortran_order': False, 'shape': (3,)}", "")),
+               "unsupported dtype 'float32'"));
   const std::string structured = read_error_of(
-      version_1_file("{'descr': [('x', '<f4'), ('y', '<f4')], 'fortran_order': False, 'shape': (3,), }", ""));
+      npy_version_1_file("{'descr': [('x', '<f4'), ('y', '<f4')], 'fortran_order': False, 'shape': (3,), }", ""));
   BOOST_TEST(contains(structured, "unsupported dtype: the header describes a structured (record) dtype; supported: "
                                   "'<f4'"),
              structured);
 }
 
 BOOST_AUTO_TEST_CASE(fortran_order_is_rejected_with_the_fix) {
-  const std::string message = read_error_of(
-      version_1_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", float32_data({1, 2, 3, 4, 5, 6})));
+  const std::string message = read_error_of(npy_version_1_file(
+      "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", float32_data({1, 2, 3, 4, 5, 6})));
   BOOST_TEST(contains(message, "fortran_order is True"), message);
   BOOST_TEST(contains(message, "np.ascontiguousarray"), message);
 }
 
 BOOST_AUTO_TEST_CASE(scalars_are_rejected) {
   const std::string message =
-      read_error_of(version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", float32_data({1})));
+      read_error_of(npy_version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", float32_data({1})));
   BOOST_TEST(contains(message, "shape () is a scalar"), message);
 }
 
 BOOST_AUTO_TEST_CASE(data_size_must_match_the_shape) {
   const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
-  const std::string truncated = read_error_of(version_1_file(dict, float32_data({1, 2, 3, 4, 5})));
+  const std::string truncated = read_error_of(npy_version_1_file(dict, float32_data({1, 2, 3, 4, 5})));
   BOOST_TEST(contains(truncated, "expected 24 bytes of data (shape (2, 3) of '<f4'), found 20 (the file is truncated)"),
              truncated);
-  const std::string trailing = read_error_of(version_1_file(dict, float32_data({1, 2, 3, 4, 5, 6}) + "!"));
+  const std::string trailing = read_error_of(npy_version_1_file(dict, float32_data({1, 2, 3, 4, 5, 6}) + "!"));
   BOOST_TEST(contains(trailing, "expected 24 bytes of data (shape (2, 3) of '<f4'), found 25 (trailing bytes)"),
              trailing);
   const std::string half = read_error_of(
-      version_1_file("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", float16_data({1, 2, 3})));
+      npy_version_1_file("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", float16_data({1, 2, 3})));
   BOOST_TEST(contains(half, "expected 8 bytes of data (shape (4,) of '<f2'), found 6"), half);
 }
 
 BOOST_AUTO_TEST_CASE(zero_and_absurd_dimensions_are_rejected) {
   const std::string zero =
-      read_error_of(version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 3), }", ""));
+      read_error_of(npy_version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 3), }", ""));
   BOOST_TEST(contains(zero, "shape (2, 0, 3) has a zero dimension"), zero);
   const std::string digits = read_error_of(
-      version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999, 1), }", ""));
+      npy_version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999, 1), }", ""));
   BOOST_TEST(contains(digits, "absurd shape: dimension 99999999999999999999999 does not fit in 64 bits"), digits);
   // Each dimension fits, but the element count does not.
-  const std::string product = read_error_of(version_1_file(
+  const std::string product = read_error_of(npy_version_1_file(
       "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 1), }", float32_data({1})));
   BOOST_TEST(contains(product, "absurd shape (4294967296, 4294967296, 1)"), product);
   // The element count fits, but 4 bytes each wrap around 2^64 to exactly the 4 bytes present.
-  const std::string bytes = read_error_of(
-      version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387905,), }", float32_data({1})));
+  const std::string bytes = read_error_of(npy_version_1_file(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387905,), }", float32_data({1})));
   BOOST_TEST(contains(bytes, "absurd shape (4611686018427387905,): its size in bytes does not fit in 64 bits"), bytes);
 }
 
 BOOST_AUTO_TEST_CASE(float64_beyond_float32_range_is_an_error) {
   const std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }";
-  const std::string message = read_error_of(version_1_file(dict, float64_data({1.0, -1e300, 2.0})));
+  const std::string message = read_error_of(npy_version_1_file(dict, float64_data({1.0, -1e300, 2.0})));
   BOOST_TEST(contains(message, "element 1 = -1e+300 is outside the float32 range"), message);
   const std::string big_endian = read_error_of(
-      version_1_file("{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", float64_data({1.0, 4e38}, true)));
+      npy_version_1_file("{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", float64_data({1.0, 4e38}, true)));
   BOOST_TEST(contains(big_endian, "element 1 = 4e+38 is outside the float32 range"), big_endian);
   // Infinities and NaN have float32 counterparts; they are kept (the cache reports them).
   const scratch_file file("f8_special");
-  file.write(version_1_file(dict, float64_data({std::numeric_limits<double>::infinity(), std::nan(""), 0x1p-160})));
+  file.write(npy_version_1_file(dict, float64_data({std::numeric_limits<double>::infinity(), std::nan(""), 0x1p-160})));
   const auto array = kvlab::read_npy(file.path());
   BOOST_TEST(std::isinf(array.values[0]));
   BOOST_TEST(std::isnan(array.values[1]));
@@ -511,9 +439,10 @@ BOOST_AUTO_TEST_CASE(random_corruptions_give_an_array_or_a_kvlab_error) {
   // Mutated, truncated and extended copies of valid files: read_npy must return a
   // consistent array or throw kvlab::error (anything else, or a crash, fails the test).
   const std::vector<std::string> originals = {
-      version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", float32_data({1, 2, 3, 4, 5, 6})),
-      version_1_file("{'descr': '>f8', 'fortran_order': False, 'shape': (3,), }", float64_data({1, 2, 3}, true)),
-      version_1_file("{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 2), }", float16_data({1, 2, 3, 4}))};
+      npy_version_1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+                         float32_data({1, 2, 3, 4, 5, 6})),
+      npy_version_1_file("{'descr': '>f8', 'fortran_order': False, 'shape': (3,), }", float64_data({1, 2, 3}, true)),
+      npy_version_1_file("{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 2), }", float16_data({1, 2, 3, 4}))};
   std::mt19937 random(20240611);
   const scratch_file file("corrupt");
   std::size_t arrays = 0, errors = 0;

@@ -1,8 +1,11 @@
 // Recipe strings: parse, canonical names, and the errors users see for bad parts.
 #include <boost/test/unit_test.hpp>
 
+#include "test_files.hpp"
 #include <string>
 import kvlab;
+
+using namespace kvlab_test;
 
 namespace {
 
@@ -17,8 +20,6 @@ std::string parse_error(const std::string& text) {
   }
   return "";
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 } // namespace
 
