@@ -44,6 +44,41 @@ BOOST_AUTO_TEST_CASE(int8_per_token_meets_the_fidelity_bar_and_counts_its_bytes)
   BOOST_TEST(per_head_total == r.cache_bytes);
 }
 
+BOOST_AUTO_TEST_CASE(every_metric_reports_what_it_measures) {
+  const auto f32 = run("k=f32@token,v=f32@token", "synthetic:gaussian(L=1,H=2,Q=4,T=300,D=64,seed=2)", 8);
+  BOOST_TEST(f32.score_kl.max < 1e-7); // compressed probabilities are floats
+  BOOST_TEST(f32.topk_recall.min == 1.0);
+  BOOST_TEST(std::fabs(f32.ip_bias.mean) < 1e-5);
+  BOOST_TEST(f32.ip_rmse.max < 1e-5);
+  BOOST_TEST(f32.key_mse.max == 0.0);
+  BOOST_TEST(f32.bits_k == 32.0);
+  BOOST_TEST(f32.compression_vs_fp16 == 0.5);
+  BOOST_TEST(f32.tokens_kept == 300.0);
+  const auto int8 = run("k=int8@token,v=int4@group(32)", "synthetic:gaussian(L=1,H=2,Q=4,T=300,D=64,seed=2)", 8);
+  BOOST_TEST(int8.bits_k == 8.0 * (64 + 2) / 64);     // codes + one fp16 scale per token
+  BOOST_TEST(int8.bits_v == 8.0 * (32 + 2 * 2) / 64); // 4-bit codes + two fp16 scales
+  BOOST_TEST(int8.compression_vs_fp16 == 4.0 * 64 / (66 + 36));
+  BOOST_TEST(int8.score_kl.mean > 0.0);
+  BOOST_TEST(int8.key_snr_db.mean > 35.0); // int8 per token on N(0,1): about 39 dB
+  BOOST_TEST(int8.value_snr_db.mean < int8.key_snr_db.mean);
+}
+
+BOOST_AUTO_TEST_CASE(metric_helpers_have_their_textbook_values) {
+  const std::vector<double> p{0.5, 0.25, 0.25};
+  const std::vector<float> q{0.25f, 0.5f, 0.25f};
+  BOOST_TEST(kvlab::kl_divergence(p, q) == 0.5 * std::log(2.0) + 0.25 * std::log(0.5),
+             boost::test_tools::tolerance(1e-7));
+  const std::vector<double> exact{0.4, 0.3, 0.2, 0.1};
+  const std::vector<float> approx{0.1f, 0.3f, 0.2f, 0.4f};
+  BOOST_TEST(kvlab::topk_recall(exact, approx, 2) == 0.5); // exact top 2 {0, 1}, compressed {3, 1}
+  BOOST_TEST(kvlab::topk_recall(exact, approx, 4) == 1.0);
+  const std::vector<float> query{1, 2}, keys{1, 0, 0, 1};
+  const std::vector<float> ip{1.5f, 1.5f}; // exact 1 and 2: errors +0.5 and -0.5
+  const auto [bias, rmse] = kvlab::inner_product_error(query, keys, ip);
+  BOOST_TEST(bias == 0.0);
+  BOOST_TEST(rmse == 0.5);
+}
+
 BOOST_AUTO_TEST_CASE(f32_cache_matches_the_double_reference) {
   const auto r = run("k=f32@token,v=f32@token", gaussian);
   BOOST_TEST(r.attn_rel_l2.mean < 1e-6);

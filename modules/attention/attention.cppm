@@ -7,6 +7,7 @@ module;
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 export module kvlab.attention;
 import kvlab.core;
@@ -15,9 +16,11 @@ import kvlab.cache;
 
 export namespace kvlab {
 
-// Exact reference for one query head: keys and values are tokens x head_dim rows.
+// Exact reference for one query head: keys and values are tokens x head_dim rows. When
+// `probabilities` is given it receives the softmax weight of every key.
 inline void exact_decode_attention(std::span<const float> query, std::span<const float> keys,
-                                   std::span<const float> values, std::size_t head_dim, std::span<double> out) {
+                                   std::span<const float> values, std::size_t head_dim, std::span<double> out,
+                                   std::vector<double>* probabilities = nullptr) {
   const std::size_t tokens = keys.size() / head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   std::vector<double> scores(tokens);
@@ -32,9 +35,10 @@ inline void exact_decode_attention(std::span<const float> query, std::span<const
   for (auto& s : scores) total += (s = std::exp(s - max_score));
   std::ranges::fill(out, 0.0);
   for (std::size_t t = 0; t < tokens; ++t) {
-    const double p = scores[t] / total;
+    const double p = scores[t] /= total;
     for (std::size_t c = 0; c < head_dim; ++c) out[c] += p * double{values[t * head_dim + c]};
   }
+  if (probabilities) *probabilities = std::move(scores);
 }
 
 // What eviction scorers need from one decode step of one layer: for every query head, the

@@ -3,9 +3,12 @@
 // compare with exact attention over the full history (double precision).
 module;
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 export module kvlab.eval;
 import kvlab.core;
@@ -19,6 +22,7 @@ export namespace kvlab {
 
 struct eval_options {
   std::size_t decode_steps = 32; // the last tokens of the data are decoded one by one
+  std::size_t top_k = 32;        // for topk_recall
 };
 
 struct eval_result {
@@ -29,10 +33,81 @@ struct eval_result {
   std::size_t decode_steps = 0;
   summary attn_rel_l2; // over layers x query heads x decode steps
   summary attn_cosine;
+  summary score_kl;            // KL(exact || compressed) of the attention probabilities
+  summary topk_recall;         // share of the exact top-k keys among the compressed top-k
+  summary ip_bias;             // mean of q.k_hat - q.k over the held keys
+  summary ip_rmse;             // root mean square of q.k_hat - q.k
+  summary key_mse, key_snr_db; // over layers x KV heads, at the end, all held keys
+  summary value_mse, value_snr_db;
+  double bits_k = 0.0; // bits per key element: codes, parameters and fp16 tiers
+  double bits_v = 0.0;
+  double compression_vs_fp16 = 0.0;
+  double tokens_kept = 0.0;                      // mean over streams, at the end
   std::size_t cache_bytes = 0;                   // everything storage holds at the end
   std::vector<std::size_t> cache_bytes_per_head; // layers x KV heads, keys and values
   double bytes_per_token = 0.0;                  // cache_bytes / tokens: all layers and KV heads, K and V
 };
+
+// KL(p || q) in nats; q is floored at 1e-30 so a key the compressed cache gives no weight
+// costs a large finite penalty instead of infinity.
+inline double kl_divergence(std::span<const double> p, std::span<const float> q) {
+  double kl = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] > 0) kl += p[i] * std::log(p[i] / std::max(double{q[i]}, 1e-30));
+  return kl;
+}
+
+// Share of the k keys with the largest exact weight that are among the k largest
+// compressed weights (ties broken by position, so the result is deterministic).
+inline double topk_recall(std::span<const double> exact, std::span<const float> approx, std::size_t k) {
+  k = std::min(k, exact.size());
+  if (k == 0) return 1.0;
+  const auto top = [k](auto weights) {
+    std::vector<std::size_t> order(weights.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::ranges::partial_sort(order, order.begin() + static_cast<std::ptrdiff_t>(k), [&](std::size_t a, std::size_t b) {
+      return weights[a] > weights[b] || (weights[a] == weights[b] && a < b);
+    });
+    order.resize(k);
+    std::ranges::sort(order);
+    return order;
+  };
+  const auto a = top(exact), b = top(approx);
+  std::vector<std::size_t> common;
+  std::ranges::set_intersection(a, b, std::back_inserter(common));
+  return static_cast<double>(common.size()) / static_cast<double>(k);
+}
+
+// Mean and root mean square of q.k_hat - q.k over the keys (rows of `keys`).
+inline std::pair<double, double> inner_product_error(std::span<const float> query, std::span<const float> keys,
+                                                     std::span<const float> approx) {
+  const std::size_t head_dim = query.size(), n = approx.size();
+  double sum = 0.0, squares = 0.0;
+  for (std::size_t t = 0; t < n; ++t) {
+    double exact = 0.0;
+    for (std::size_t c = 0; c < head_dim; ++c) exact += double{query[c]} * double{keys[t * head_dim + c]};
+    const double d = double{approx[t]} - exact;
+    sum += d, squares += d * d;
+  }
+  return {sum / static_cast<double>(n), std::sqrt(squares / static_cast<double>(n))};
+}
+
+// MSE and SNR (dB) of a stream's held tokens against the data they came from (no eviction:
+// held token t is data token t).
+inline std::pair<double, double> reconstruction_error(const kv_stream& stream, std::span<const float> source) {
+  const std::size_t head_dim = stream.head_dim();
+  std::vector<float> decoded(head_dim);
+  double error = 0.0, signal = 0.0;
+  for (std::size_t t = 0; t < stream.tokens(); ++t) {
+    stream.decode(t, decoded);
+    for (std::size_t c = 0; c < head_dim; ++c) {
+      const double x = source[t * head_dim + c], d = double{decoded[c]} - x;
+      error += d * d, signal += x * x;
+    }
+  }
+  const double n = static_cast<double>(stream.tokens() * head_dim);
+  return {error / n, error == 0.0 ? INFINITY : 10.0 * std::log10(signal / error)};
+}
 
 inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
                             const eval_options& options = {}) {
@@ -57,26 +132,49 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   for (std::size_t t = 0; t < prefill; ++t) append(t);
 
   const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  std::vector<double> rel_l2, cosine;
-  std::vector<float> queries(q_heads * head_dim), out(q_heads * head_dim);
-  std::vector<double> exact(head_dim);
+  std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
+  std::vector<float> queries(q_heads * head_dim), out(q_heads * head_dim), approx_ip;
+  std::vector<double> exact(head_dim), exact_p;
+  attention_trace trace;
   for (std::size_t t = prefill; t < tokens; ++t) {
     append(t);
     for (std::size_t layer = 0; layer < data.layers(); ++layer) {
       for (std::size_t h = 0; h < q_heads; ++h)
         std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
-      decode_attention(cache, layer, queries, out, kernels);
+      decode_attention(cache, layer, queries, out, kernels, &trace);
       for (std::size_t h = 0; h < q_heads; ++h) {
+        const auto query = data.queries.row(layer, h, t);
         const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);
         const auto values = data.values.stream(layer, h / group).first((t + 1) * head_dim);
-        exact_decode_attention(data.queries.row(layer, h, t), keys, values, head_dim, exact);
+        exact_decode_attention(query, keys, values, head_dim, exact, &exact_p);
         const auto approx = std::span<const float>(out).subspan(h * head_dim, head_dim);
         rel_l2.push_back(relative_l2(approx, exact));
         cosine.push_back(cosine_similarity(approx, exact));
+        const auto approx_p = std::span<const float>(trace.probabilities).subspan(h * trace.tokens, trace.tokens);
+        kl.push_back(kl_divergence(exact_p, approx_p));
+        recall.push_back(topk_recall(exact_p, approx_p, options.top_k));
+        approx_ip.resize(trace.tokens);
+        cache.keys(layer, h / group).dot_all(kernels, query, 1, approx_ip);
+        const auto [ip_bias, ip_rmse] = inner_product_error(query, keys, approx_ip);
+        bias.push_back(ip_bias);
+        rmse.push_back(ip_rmse);
       }
     }
   }
 
+  // Reconstruction of what the cache holds at the end, per (layer, KV head).
+  std::vector<double> key_mse, key_snr, value_mse, value_snr;
+  std::size_t key_bytes = 0, value_bytes = 0, held = 0;
+  for (std::size_t layer = 0; layer < data.layers(); ++layer)
+    for (std::size_t head = 0; head < data.kv_heads(); ++head) {
+      const auto& k = cache.keys(layer, head);
+      const auto& v = cache.values(layer, head);
+      const auto [km, ks] = reconstruction_error(k, data.keys.stream(layer, head));
+      const auto [vm, vs] = reconstruction_error(v, data.values.stream(layer, head));
+      key_mse.push_back(km), key_snr.push_back(ks), value_mse.push_back(vm), value_snr.push_back(vs);
+      key_bytes += k.bytes(), value_bytes += v.bytes(), held += k.tokens() + v.tokens();
+    }
+  const double elements = static_cast<double>(tokens * data.layers() * data.kv_heads() * head_dim);
   eval_result result{.recipe = canonical_name(r),
                      .data = data.source,
                      .isa = std::string(isa_name(kernels.instruction_set)),
@@ -84,12 +182,47 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
                      .decode_steps = options.decode_steps,
                      .attn_rel_l2 = summarize(rel_l2),
                      .attn_cosine = summarize(cosine),
+                     .score_kl = summarize(kl),
+                     .topk_recall = summarize(recall),
+                     .ip_bias = summarize(bias),
+                     .ip_rmse = summarize(rmse),
+                     .key_mse = summarize(key_mse),
+                     .key_snr_db = summarize(key_snr),
+                     .value_mse = summarize(value_mse),
+                     .value_snr_db = summarize(value_snr),
+                     .bits_k = 8.0 * static_cast<double>(key_bytes) / elements,
+                     .bits_v = 8.0 * static_cast<double>(value_bytes) / elements,
+                     .tokens_kept =
+                         static_cast<double>(held) / static_cast<double>(2 * data.layers() * data.kv_heads()),
                      .cache_bytes = cache.bytes()};
   for (std::size_t layer = 0; layer < data.layers(); ++layer)
     for (std::size_t head = 0; head < data.kv_heads(); ++head)
       result.cache_bytes_per_head.push_back(cache.bytes(layer, head));
   result.bytes_per_token = static_cast<double>(result.cache_bytes) / static_cast<double>(tokens);
+  // fp16 keys and values: 2 bytes x 2 tensors x head_dim per (layer, KV head).
+  result.compression_vs_fp16 =
+      static_cast<double>(4 * head_dim * data.layers() * data.kv_heads()) / result.bytes_per_token;
   return result;
+}
+
+// Every per-(layer, head, step) metric with its mean, p50, p99, min and max.
+inline std::string summaries_json(const eval_result& r) {
+  json_object all;
+  const std::pair<const char*, const summary*> metrics[] = {
+      {"attn_rel_l2", &r.attn_rel_l2},  {"attn_cosine", &r.attn_cosine}, {"score_kl", &r.score_kl},
+      {"topk_recall", &r.topk_recall},  {"ip_bias", &r.ip_bias},         {"ip_rmse", &r.ip_rmse},
+      {"key_mse", &r.key_mse},          {"key_snr_db", &r.key_snr_db},   {"value_mse", &r.value_mse},
+      {"value_snr_db", &r.value_snr_db}};
+  for (const auto& [name, s] : metrics)
+    all.raw(name, json_object()
+                      .add("mean", s->mean)
+                      .add("p50", s->p50)
+                      .add("p99", s->p99)
+                      .add("min", s->min)
+                      .add("max", s->max)
+                      .add("count", s->count)
+                      .str(0));
+  return all.str(0);
 }
 
 inline std::string to_json(const eval_result& r) {
@@ -104,6 +237,18 @@ inline std::string to_json(const eval_result& r) {
       .add("attn_rel_l2_max", r.attn_rel_l2.max)
       .add("attn_cosine", r.attn_cosine.mean)
       .add("attn_cosine_min", r.attn_cosine.min)
+      .add("score_kl", r.score_kl.mean)
+      .add("topk_recall", r.topk_recall.mean)
+      .add("ip_bias", r.ip_bias.mean)
+      .add("ip_rmse", r.ip_rmse.mean)
+      .add("key_mse", r.key_mse.mean)
+      .add("key_snr_db", r.key_snr_db.mean)
+      .add("value_mse", r.value_mse.mean)
+      .add("value_snr_db", r.value_snr_db.mean)
+      .add("bits_k", r.bits_k)
+      .add("bits_v", r.bits_v)
+      .add("compression_vs_fp16", r.compression_vs_fp16)
+      .add("tokens_kept", r.tokens_kept)
       .add("bytes_per_token", r.bytes_per_token)
       .add("cache_bytes", r.cache_bytes)
       .raw("cache_bytes_per_head",
@@ -113,6 +258,7 @@ inline std::string to_json(const eval_result& r) {
                list += (i ? ", " : "") + std::to_string(r.cache_bytes_per_head[i]);
              return list + "]";
            }())
+      .raw("summaries", summaries_json(r))
       .str();
 }
 
