@@ -39,7 +39,8 @@ constexpr std::string_view usage = R"(usage:
   kvlab list
       Every registered strategy, baseline recipe and experiment.
 
-RECIPE  k=Q@G,v=Q@G[,scale=f32][,store=S]   e.g. k=int8@token,v=int8@group(32)
+RECIPE  k=Q@G,v=Q@G[,scale=f32][,sinks=S][,residual=R][,evict=E][,store=flat|paged(P)]
+        e.g. k=uint2@channel(32),v=uint2@group(32),residual=128
 SPEC    synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)
 )";
 
@@ -321,6 +322,9 @@ int main(int argc, char** argv) {
               << usage;
     return 2;
   } catch (const kvlab::error& e) {
+    std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) { // names the path and the reason
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {

@@ -111,11 +111,24 @@ inline void write_file(const std::filesystem::path& file, const std::string& tex
   if (!out.flush()) throw error("cannot write " + file.string());
 }
 
+inline std::string file_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // Writes `file` through a temporary file renamed into place: never a half-written file.
 inline void write_text_atomically(const std::filesystem::path& file, const std::string& text) {
-  const auto temporary = file.parent_path() / ("." + file.filename().string() + ".partial");
+  const auto temporary =
+      file.parent_path() / ("." + file.filename().string() + "." + std::to_string(getpid()) + ".partial");
   write_file(temporary, text);
-  std::filesystem::rename(temporary, file);
+  std::error_code ec;
+  std::filesystem::rename(temporary, file, ec);
+  if (ec) {
+    std::filesystem::remove(temporary, ec);
+    throw error("cannot write " + file.string());
+  }
 }
 
 struct run_options {
@@ -151,6 +164,12 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
     todo.push_back(cells[i]);
   }
 
+  // Staging folders are named per run (host, process, time) so array jobs sharing a file
+  // system never touch each other's cells in flight.
+  char host[256] = "host";
+  gethostname(host, sizeof host - 1);
+  const std::string run_id = std::string(host) + "-" + std::to_string(getpid()) + "-" +
+                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   std::mutex report;
   std::atomic<std::size_t> next{0}, done{0};
   std::exception_ptr failure;
@@ -174,15 +193,19 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
         const kv_data data = load_data(cell.data);
         const eval_result result = evaluate(cell.value, data, components, {.decode_steps = s.decode_steps});
         // Complete the cell in a temporary folder, then rename it into place.
-        const auto staging = options.out / (".staging-" + std::to_string(getpid()) + "-" + std::to_string(i));
-        std::filesystem::remove_all(staging);
+        const auto staging = options.out / (".staging-" + run_id + "-" + std::to_string(i));
         std::filesystem::create_directories(staging);
         write_file(staging / "metrics.json", to_json(result) + "\n");
         write_file(staging / "provenance.json", provenance_json(cell, data, result) + "\n");
         write_file(staging / "recipe.txt", canonical_name(cell.value) + "\n");
         std::error_code ec;
         std::filesystem::rename(staging, options.out / cell.folder, ec);
-        if (ec) std::filesystem::remove_all(staging); // another run finished the same cell first
+        if (ec) {
+          std::filesystem::remove_all(staging, ec);
+          // Only another run finishing the same cell first is fine; anything else loses it.
+          if (!std::filesystem::exists(options.out / cell.folder / "metrics.json"))
+            throw error("cannot store cell " + cell.folder + " in " + options.out.string());
+        }
         ++done;
         const std::lock_guard lock(report);
         show_progress();
@@ -212,10 +235,7 @@ inline std::vector<std::string> stored_metrics(const std::filesystem::path& dir)
   std::ranges::sort(folders);
   std::vector<std::string> texts;
   for (const auto& folder : folders) {
-    std::ifstream in(folder / "metrics.json", std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string metrics = text.str();
+    std::string metrics = file_text(folder / "metrics.json");
     while (!metrics.empty() && metrics.back() == '\n') metrics.pop_back();
     texts.push_back(std::move(metrics));
   }
@@ -229,16 +249,24 @@ inline std::vector<json_value> read_results(const std::filesystem::path& dir) {
   return results;
 }
 
-// Copies the cell folders of `shards` into `out`; a cell present twice must be identical.
+// Copies the complete cell folders of `shards` into `out`. A cell present twice must have
+// the same metrics (the same recipe, data and seed give bit-identical results).
 inline std::size_t merge_results(const std::filesystem::path& out, const std::vector<std::filesystem::path>& shards) {
   std::filesystem::create_directories(out);
   std::size_t copied = 0;
   for (const auto& shard : shards) {
     if (!std::filesystem::is_directory(shard)) throw error(shard.string() + " is not a results folder");
     for (const auto& entry : std::filesystem::directory_iterator(shard)) {
-      if (!entry.is_directory() || entry.path().filename().string().starts_with(".")) continue;
+      if (!entry.is_directory() || entry.path().filename().string().starts_with(".") ||
+          !std::filesystem::exists(entry.path() / "metrics.json"))
+        continue;
       const auto target = out / entry.path().filename();
-      if (std::filesystem::exists(target)) continue;
+      if (std::filesystem::exists(target / "metrics.json")) {
+        if (file_text(target / "metrics.json") != file_text(entry.path() / "metrics.json"))
+          throw error("cell " + entry.path().filename().string() + " differs between " + out.string() + " and " +
+                      shard.string());
+        continue;
+      }
       const auto staging = out / (".merging-" + entry.path().filename().string());
       std::filesystem::remove_all(staging);
       std::filesystem::copy(entry.path(), staging, std::filesystem::copy_options::recursive);

@@ -26,7 +26,8 @@ inline void register_into(registry& components) {
                  registry::granularity_factory([](const strategy_args& args) {
                    args.expect_arguments(1, "channel(G)");
                    const auto tokens = args.number<std::size_t>(0, "group length G (tokens)");
-                   if (tokens == 0) throw error("'" + args.text + "': group length must be positive");
+                   if (tokens == 0 || tokens > 65536)
+                     throw error("'" + args.text + "': group length must be in 1..65536 tokens");
                    return any_granularity(per_channel{tokens});
                  }));
 }

@@ -82,7 +82,6 @@ public:
     return count_below(thresholds(), p.scale == 0.0f ? 0.0f : x / p.scale);
   }
   float decode(std::uint32_t code, group_params p) const { return p.scale * book_->levels[code]; }
-  double gaussian_mse() const { return book_->mse; }
 
 private:
   unsigned bits_;

@@ -32,11 +32,6 @@ public:
     return reused;
   }
   void give_back(page p, std::size_t bytes) { free_[bytes].push_back(std::move(p)); }
-  std::size_t free_bytes() const {
-    std::size_t total = 0;
-    for (const auto& [bytes, pages] : free_) total += bytes * pages.size();
-    return total;
-  }
 
 private:
   std::map<std::size_t, std::vector<page>> free_;
@@ -102,6 +97,10 @@ private:
   std::size_t size_ = 0;
 };
 
+// Pages beyond this many records would be larger than any stream needs (and P x record
+// bytes must not overflow).
+inline constexpr std::size_t max_page_records = std::size_t{1} << 20;
+
 struct paged_storage {
   using component_concept = storage_tag;
   std::size_t page_records;
@@ -122,7 +121,9 @@ inline void register_into(registry& components) {
                  registry::storage_factory([](const strategy_args& args) {
                    args.expect_arguments(1, "paged(P)");
                    const auto page_records = args.number<std::size_t>(0, "page size P (records)");
-                   if (page_records == 0) throw error("'" + args.text + "': page size must be positive");
+                   if (page_records == 0 || page_records > max_page_records)
+                     throw error("'" + args.text + "': page size must be in 1.." + std::to_string(max_page_records) +
+                                 " records");
                    return any_storage(paged_storage{page_records});
                  }));
 }

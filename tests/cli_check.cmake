@@ -1,7 +1,10 @@
 # Runs ${KVLAB} ${ARGS}; checks the exit code is ${EXIT}, the combined output matches the
 # regular expression ${EXPECT}, and each JSON_BELOW (JSON_ABOVE) entry "field=limit" is a
-# number below (above) limit.
+# number below (above) limit. CLEAN: a folder removed first.
 cmake_policy(VERSION 3.28)
+if(CLEAN)
+  file(REMOVE_RECURSE ${CLEAN})
+endif()
 execute_process(COMMAND ${KVLAB} ${ARGS} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 if(NOT code STREQUAL "${EXIT}")
@@ -21,6 +24,9 @@ foreach(check ${JSON_BELOW} ${JSON_ABOVE})
   string(JSON value ERROR_VARIABLE json_error GET "${out}" ${field})
   if(json_error)
     message(FATAL_ERROR "no JSON field ${field}: ${json_error}\n${out}")
+  endif()
+  if(NOT value MATCHES "^-?[0-9]")
+    message(FATAL_ERROR "${field} = ${value} is not a number\n${out}")
   endif()
   # CMake compares only integers; awk compares the decimal numbers.
   execute_process(COMMAND sh -c "awk 'BEGIN{exit !(${value} ${relation} ${limit})}'" RESULT_VARIABLE holds)

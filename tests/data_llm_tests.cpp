@@ -318,7 +318,8 @@ BOOST_AUTO_TEST_CASE(bad_knobs_are_rejected_with_their_name) {
       {"T=12x", "parameter T: '12x' is not a valid number"},
       {"sinks", "argument 'sinks' is not key=value"},
       {"T=4,T=5", "parameter 'T' is given twice"},
-      {"L=100000,T=100000", "the limit is 16384 MiB"},
+      {"L=100000,T=100000", "16384 MiB of float32), the limit"},
+      {"L=268435456,H=1,Q=1,T=268435456,D=256", "16384 MiB of float32), the limit"},
       {"bogus=1", "unknown parameter 'bogus'; allowed: L (default 2), H (default 2), Q (default 8), T (default "
                   "1024), D (default 128), seed (default 1), outlier_channels (default 4), outlier_scale (default "
                   "8), rope_base (default 10000), sinks (default 4), locality (default 0.5), value_dof (default 4), "

@@ -61,7 +61,11 @@ BOOST_AUTO_TEST_CASE(bad_specs_name_the_problem) {
   BOOST_TEST(load_error("synthetic:gaussian(T=4,T=5)").find("'T' is given twice") != std::string::npos);
   BOOST_TEST(load_error("synthetic:gaussian(L)").find("'L' is not key=value") != std::string::npos);
   BOOST_TEST(load_error("synthetic:gaussian(H=4,Q=6)").find("not a multiple of H = 4") != std::string::npos);
-  BOOST_TEST(load_error("synthetic:gaussian(L=1000,T=1000000)").find("the limit is 16384 MiB") != std::string::npos);
+  BOOST_TEST(load_error("synthetic:gaussian(L=1000,T=1000000)").find("16384 MiB of float32), the limit") !=
+             std::string::npos);
+  // A product that would wrap around 2^64 is caught before it wraps.
+  BOOST_TEST(load_error("synthetic:gaussian(L=268435456,H=1,Q=1,T=268435456,D=256)").find("the limit") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -159,6 +159,8 @@ BOOST_AUTO_TEST_CASE(json_reader_reads_what_kvlab_writes_and_rejects_malformed_t
   BOOST_TEST(v.find("a")->array()[1].number() == -2500.0);
   BOOST_TEST(v.find("s")->string() == "x\"\xc3\xa9");
   BOOST_TEST(v.find("o")->object().empty());
+  BOOST_TEST(kvlab::parse_json(R"("\ud83d\ude00")", "test").string() == "\xf0\x9f\x98\x80"); // one emoji, 4 bytes
+  BOOST_CHECK_THROW(kvlab::parse_json(R"("\ud83d")", "test"), kvlab::error);
   for (const char* bad : {"{", "{\"a\" 1}", "[1,]", "{\"a\":1,\"a\":2}", "\"\\q\"", "[1] x", "nul"})
     BOOST_CHECK_THROW(kvlab::parse_json(bad, "test"), kvlab::error);
 }

@@ -34,7 +34,7 @@ struct untagged_quantizer {
 struct mistagged_quantizer : untagged_quantizer {
   using component_concept = granularity_tag;
 };
-// Opted in, but decode has the wrong signature.
+// Opted in, but most of the interface (fit, encode, decode, ...) is missing.
 struct incomplete_quantizer {
   using component_concept = quantizer_tag;
   std::string name() const { return "incomplete"; }

@@ -156,6 +156,37 @@ BOOST_AUTO_TEST_CASE(erasing_half_of_one_head_frees_its_pages_and_nothing_else) 
   }
 }
 
+BOOST_AUTO_TEST_CASE(prefill_stores_what_token_by_token_appends_store) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=2,T=80,D=32,seed=11)");
+  auto appended = make_cache("k=uint4@channel(16),v=int8@token,residual=8", 1, 2, 32);
+  auto prefilled = make_cache("k=uint4@channel(16),v=int8@token,residual=8", 1, 2, 32);
+  fill(appended, data, 80);
+  prefilled.prefill(0, data.keys.values(), data.values.values(), 80);
+  BOOST_TEST(prefilled.bytes() == appended.bytes());
+  std::vector<float> a(32), b(32);
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t t = 0; t < 80; ++t) {
+      appended.keys(0, h).decode(t, a);
+      prefilled.keys(0, h).decode(t, b);
+      BOOST_TEST_REQUIRE(a == b);
+    }
+  BOOST_CHECK_THROW(prefilled.prefill(0, data.keys.values().first(10), data.values.values(), 80), kvlab::error);
+}
+
+BOOST_AUTO_TEST_CASE(two_threads_give_bit_identical_attention) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=4,Q=8,T=300,D=64,seed=9)");
+  auto cache = make_cache("k=uint2@channel(32),v=int4@group(32),residual=32,sinks=2", 1, 4, 64);
+  fill(cache, data, 300);
+  std::vector<float> queries(8 * 64), one(8 * 64), two(8 * 64);
+  for (std::size_t h = 0; h < 8; ++h)
+    std::ranges::copy(data.queries.row(0, h, 299), queries.begin() + static_cast<std::ptrdiff_t>(h * 64));
+  kvlab::attention_trace trace_one, trace_two;
+  kvlab::decode_attention(cache, 0, queries, one, kvlab::active_kernels(), &trace_one, 1);
+  kvlab::decode_attention(cache, 0, queries, two, kvlab::active_kernels(), &trace_two, 2);
+  BOOST_TEST(one == two);
+  BOOST_TEST(trace_one.probabilities == trace_two.probabilities);
+}
+
 BOOST_AUTO_TEST_CASE(decode_attention_over_f32_matches_the_double_reference) {
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=8,T=1024,D=128,seed=7)");
   auto cache = make_cache("k=f32@token,v=f32@token", 1, 2, 128);

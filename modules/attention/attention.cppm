@@ -5,8 +5,10 @@ module;
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <exception>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 export module kvlab.attention;
@@ -56,26 +58,29 @@ struct attention_trace {
 // (max-subtracted, normalized in double); then one shared pass over the values' tiers
 // accumulates every head's output. Nothing is dequantized into a buffer.
 inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
-                             std::span<float> out, const kernel_table& kernels, attention_trace* trace = nullptr) {
+                             std::span<float> out, const kernel_table& kernels, attention_trace* trace = nullptr,
+                             unsigned threads = 1) {
   const std::size_t head_dim = cache.head_dim();
   const std::size_t q_heads = queries.size() / head_dim;
   if (q_heads == 0 || q_heads % cache.kv_heads() != 0 || queries.size() % head_dim != 0 || out.size() != queries.size())
     throw error("decode_attention: " + std::to_string(queries.size()) + " query values do not form a multiple of " +
                 std::to_string(cache.kv_heads()) + " heads of " + std::to_string(head_dim));
   const std::size_t group = q_heads / cache.kv_heads();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  std::vector<float> scores, scaled_queries(group * head_dim);
+  for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head)
+    if (cache.keys(layer, kv_head).tokens() == 0)
+      throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
   if (trace) {
     trace->tokens = cache.keys(layer, 0).tokens();
     trace->probabilities.assign(q_heads * trace->tokens, 0.0f);
     trace->log_sum_exp.assign(q_heads, 0.0);
   }
-  std::ranges::fill(out, 0.0f);
-  for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head) {
+  // One KV head: its whole GQA group, start to finish. KV heads share nothing (each stream
+  // has its own scratch), so they run on `threads` threads with identical results.
+  const auto attend = [&](std::size_t kv_head, std::vector<float>& scores, std::vector<float>& scaled_queries) {
     const auto& keys = cache.keys(layer, kv_head);
     const auto& values = cache.values(layer, kv_head);
     const std::size_t tokens = keys.tokens();
-    if (tokens == 0) throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     // Fold the softmax temperature into the queries once instead of into every score.
     for (std::size_t i = 0; i < group * head_dim; ++i)
       scaled_queries[i] = queries[kv_head * group * head_dim + i] * scale;
@@ -93,8 +98,32 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
         trace->log_sum_exp[h] = max_score + std::log(total);
       }
     }
-    values.axpy_all(kernels, scores, group, out.subspan(kv_head * group * head_dim, group * head_dim));
+    const auto head_out = out.subspan(kv_head * group * head_dim, group * head_dim);
+    std::ranges::fill(head_out, 0.0f);
+    values.axpy_all(kernels, scores, group, head_out);
+  };
+  const std::size_t workers = std::min<std::size_t>(std::max(1u, threads), cache.kv_heads());
+  if (workers == 1) {
+    std::vector<float> scores, scaled_queries(group * head_dim);
+    for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head) attend(kv_head, scores, scaled_queries);
+    return;
   }
+  std::vector<std::exception_ptr> failures(workers);
+  {
+    std::vector<std::jthread> pool;
+    for (std::size_t w = 0; w < workers; ++w)
+      pool.emplace_back([&, w] {
+        try {
+          std::vector<float> scores, scaled_queries(group * head_dim);
+          for (std::size_t kv_head = w; kv_head < cache.kv_heads(); kv_head += workers)
+            attend(kv_head, scores, scaled_queries);
+        } catch (...) {
+          failures[w] = std::current_exception(); // rethrown on the caller's thread
+        }
+      });
+  }
+  for (const auto& failure : failures)
+    if (failure) std::rethrow_exception(failure);
 }
 
 } // namespace kvlab

@@ -1,5 +1,7 @@
 // Bit packing of codes: the one layout storage, kernels and tests share.
 module;
+#include "kernels_scalar.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -8,7 +10,8 @@ export module kvlab.cache:packing;
 
 export namespace kvlab {
 
-// Codes are packed little-endian at exactly `bits` bits: element i occupies bits
+// Codes are packed little-endian at exactly `bits` bits (the kernels' own put_code and
+// code_at for codes of up to 8 bits; whole 16- and 32-bit words for float formats): element i occupies bits
 // [i*bits, (i+1)*bits) of `out`, least significant first (the kernels' layout).
 inline void pack_codes(std::span<const std::uint32_t> codes, unsigned bits, std::span<std::uint8_t> out) {
   std::memset(out.data(), 0, out.size());
@@ -16,12 +19,7 @@ inline void pack_codes(std::span<const std::uint32_t> codes, unsigned bits, std:
     for (std::size_t i = 0; i < codes.size(); ++i) std::memcpy(out.data() + i * bits / 8, &codes[i], bits / 8);
     return;
   }
-  for (std::size_t i = 0; i < codes.size(); ++i) {
-    const std::size_t bit = i * bits;
-    const unsigned window = codes[i] << (bit % 8);
-    out[bit / 8] |= static_cast<std::uint8_t>(window);
-    if (bit % 8 + bits > 8) out[bit / 8 + 1] |= static_cast<std::uint8_t>(window >> 8);
-  }
+  for (std::size_t i = 0; i < codes.size(); ++i) kernels::scalar::put_code(out.data(), i, bits, codes[i]);
 }
 
 inline std::uint32_t unpack_code(std::span<const std::uint8_t> packed, std::size_t index, unsigned bits) {
@@ -30,10 +28,7 @@ inline std::uint32_t unpack_code(std::span<const std::uint8_t> packed, std::size
     std::memcpy(&code, packed.data() + index * bits / 8, bits / 8);
     return code;
   }
-  const std::size_t bit = index * bits;
-  unsigned window = packed[bit / 8];
-  if (bit % 8 + bits > 8) window |= unsigned{packed[bit / 8 + 1]} << 8;
-  return (window >> (bit % 8)) & ((1u << bits) - 1u);
+  return kernels::scalar::code_at(packed.data(), index, bits);
 }
 
 } // namespace kvlab

@@ -3,6 +3,7 @@
 module;
 #include <cmath>
 #include <cstddef>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +21,23 @@ struct kv_shape {
   std::size_t elements() const noexcept { return layers * heads * tokens * head_dim; }
   bool operator==(const kv_shape&) const = default;
 };
+
+// Synthetic workloads stop at 16 GiB of float32: more would not fit this kind of machine.
+inline constexpr std::size_t max_synthetic_elements = std::size_t{4} << 30;
+
+// The product of `factors`, or an error naming `what` when it would overflow or exceed
+// `limit` (checked before anything is allocated).
+inline std::size_t checked_product(std::initializer_list<std::size_t> factors, std::size_t limit,
+                                   const std::string& what) {
+  std::size_t product = 1;
+  for (const std::size_t f : factors) {
+    if (f != 0 && product > limit / f)
+      throw error(what + ": more than " + std::to_string(limit) + " elements (" + std::to_string(limit * 4 >> 20) +
+                  " MiB of float32), the limit");
+    product *= f;
+  }
+  return product;
+}
 
 inline std::string to_string(const kv_shape& shape) {
   return "[" + std::to_string(shape.layers) + ", " + std::to_string(shape.heads) + ", " + std::to_string(shape.tokens) +

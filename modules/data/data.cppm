@@ -1,6 +1,6 @@
 // kvlab.data: KV workloads from data specs: synthetic:gaussian(...), synthetic:llm(...)
 // (modules/data/synthetic_llm.cppm documents its knobs), npy:DIR and safetensors:FILE
-// (modules/data/kv_files.cppm; see docs/capturing_kv.md).
+// (modules/data/kv_files.cppm; see docs/data.md).
 //   synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1): i.i.d. N(0,1) keys, values and
 //   queries; L layers, H KV heads, Q query heads (a multiple of H), T tokens, head_dim D.
 module;
@@ -30,12 +30,6 @@ inline void fill_gaussian(kv_tensor& tensor, std::uint64_t seed, std::uint64_t t
     }
 }
 
-// Refuses workloads that would not fit this machine's memory, before allocating them.
-inline void check_size(const generator_arguments& args, std::size_t elements) {
-  constexpr std::size_t limit = std::size_t{4} << 30; // 16 GiB of float32
-  if (elements > limit) args.fail("needs " + std::to_string(elements * 4 >> 20) + " MiB; the limit is 16384 MiB");
-}
-
 inline kv_data gaussian(const term& t, std::string_view spec) {
   const generator_arguments args(t, spec, {{"L", 2}, {"H", 2}, {"Q", 8}, {"T", 1024}, {"D", 128}, {"seed", 1}});
   const std::size_t layers = args.whole_number("L"), kv_heads = args.whole_number("H"),
@@ -45,7 +39,9 @@ inline kv_data gaussian(const term& t, std::string_view spec) {
   if (q_heads % kv_heads != 0)
     args.fail("Q = " + std::to_string(q_heads) + " query heads is not a multiple of H = " + std::to_string(kv_heads) +
               " KV heads (grouped-query attention)");
-  check_size(args, (2 * kv_heads + q_heads) * layers * tokens * head_dim);
+  // Refuse workloads that would not fit this machine's memory, before allocating them.
+  checked_product({2 * kv_heads + q_heads, layers, tokens, head_dim}, max_synthetic_elements,
+                  "data spec '" + std::string(spec) + "'");
   kv_data data{kv_tensor({layers, kv_heads, tokens, head_dim}), kv_tensor({layers, kv_heads, tokens, head_dim}),
                kv_tensor({layers, q_heads, tokens, head_dim}), std::string(spec)};
   fill_gaussian(data.keys, seed, 1);

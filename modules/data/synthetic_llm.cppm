@@ -76,8 +76,6 @@ inline const generator_arguments::defaults parameter_defaults{{"L", 2},
 inline constexpr std::size_t recent_window = 4;
 // Attention logit (q.k / sqrt(D)) every query adds to a sink token, before RoPE drift.
 inline constexpr double sink_logit = 5.0;
-// Refuses workloads that would not fit this machine's memory: 16 GiB of float32.
-inline constexpr std::size_t max_elements = std::size_t{4} << 30;
 
 // Every parameter of one llm(...) spec, validated.
 struct parameters {
@@ -106,10 +104,9 @@ inline parameters read_parameters(const term& generator, std::string_view spec) 
               std::to_string(p.kv_heads) + " KV heads (grouped-query attention)");
   if (p.head_dim % 2 != 0)
     args.fail("parameter D = " + std::to_string(p.head_dim) + " must be even: RoPE rotates channel pairs (i, i+D/2)");
-  const std::size_t elements = (2 * p.kv_heads + p.q_heads) * p.layers * p.tokens * p.head_dim;
-  if (elements > max_elements)
-    args.fail("needs " + std::to_string(elements * 4 >> 20) + " MiB; the limit is " +
-              std::to_string(max_elements * 4 >> 20) + " MiB");
+  // Refuse workloads that would not fit this machine's memory, before allocating them.
+  checked_product({2 * p.kv_heads + p.q_heads, p.layers, p.tokens, p.head_dim}, max_synthetic_elements,
+                  "data spec '" + std::string(spec) + "'");
 
   p.outlier_channels = args.whole_number("outlier_channels", 0);
   if (p.outlier_channels > p.head_dim)

@@ -29,7 +29,7 @@ struct eval_result {
   std::string recipe;
   std::string data;
   std::string isa;
-  std::size_t tokens = 0; // held by the cache at the end
+  std::size_t tokens = 0; // in the data (all of them pass through the cache)
   std::size_t decode_steps = 0;
   summary attn_rel_l2; // over layers x query heads x decode steps
   summary attn_cosine;

@@ -142,10 +142,22 @@ private:
       case 'n': out += '\n'; break;
       case 'r': out += '\r'; break;
       case 't': out += '\t'; break;
-      case 'u': append_utf8(out, hex4()); break;
+      case 'u': append_utf8(out, code_point()); break;
       default: fail(std::string("unknown escape \\") + e);
       }
     }
+  }
+  // A \u escape's code point; a surrogate pair (\uD83D\uDE00) is one code point, and a lone
+  // surrogate is not text.
+  unsigned code_point() {
+    const unsigned first = hex4();
+    if (first >= 0xdc00 && first <= 0xdfff) fail("lone low surrogate in \\u escape");
+    if (first < 0xd800 || first > 0xdbff) return first;
+    if (text_.substr(at_, 2) != "\\u") fail("high surrogate without its low half");
+    at_ += 2;
+    const unsigned second = hex4();
+    if (second < 0xdc00 || second > 0xdfff) fail("high surrogate without its low half");
+    return 0x10000 + ((first - 0xd800) << 10) + (second - 0xdc00);
   }
   unsigned hex4() {
     if (at_ + 4 > text_.size()) fail("short \\u escape");
@@ -170,8 +182,13 @@ private:
     } else if (code < 0x800) {
       out += static_cast<char>(0xc0 | (code >> 6));
       out += static_cast<char>(0x80 | (code & 0x3f));
-    } else {
+    } else if (code < 0x10000) {
       out += static_cast<char>(0xe0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (code & 0x3f));
+    } else {
+      out += static_cast<char>(0xf0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3f));
       out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
       out += static_cast<char>(0x80 | (code & 0x3f));
     }
