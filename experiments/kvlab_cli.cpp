@@ -21,12 +21,13 @@ constexpr std::string_view usage = R"(usage:
       Compress SPEC's keys and values with RECIPE and report attention fidelity and bytes.
   kvlab run NAME [--out DIR] [--threads N] [--shard i/N] [--format md|tex|csv|json]
       Run the experiment NAME from configs/ ('kvlab list' shows names) and print its table.
-      Sweeps store one folder per cell in DIR (default results/NAME), skip finished cells
-      when run again, and with --shard i/N run every N-th cell (for array jobs).
+      Sweeps store one folder per cell in DIR (default results/NAME) plus table.md,
+      table.tex and fidelity_vs_bytes.svg, skip finished cells when run again, and with
+      --shard i/N run every N-th cell (for array jobs).
   kvlab table DIR [--format md|tex|csv]
       The table of every cell stored in DIR, best value per column in bold.
   kvlab merge OUT SHARD_DIR...
-      Join the results folders of shards into OUT.
+      Join the results folders of shards into OUT (and write its tables and plot).
   kvlab plot DIR [--out FILE.svg]
       SVG of attention error against bytes per token for every stored cell, with the
       Pareto front (default FILE: DIR/fidelity_vs_bytes.svg).
@@ -131,6 +132,43 @@ kvlab::text_table stored_results_table(const std::vector<kvlab::json_value>& res
   return table;
 }
 
+// Attention error against bytes per token for every stored cell, with the Pareto front.
+std::string fidelity_plot(const std::filesystem::path& dir) {
+  std::vector<kvlab::plot_point> points;
+  for (const auto& r : kvlab::read_results(dir)) {
+    const auto* bytes = r.find("bytes_per_token");
+    const auto* error = r.find("attn_rel_l2");
+    const auto* recipe = r.find("recipe");
+    if (!bytes || !error || !recipe || !bytes->is_number() || !error->is_number() || !recipe->is_string())
+      throw kvlab::error(dir.string() + ": a cell's metrics.json lacks recipe, bytes_per_token or attn_rel_l2");
+    points.push_back({bytes->number(), error->number(), recipe->string()});
+  }
+  return kvlab::scatter_svg(points, "bytes per token (all layers and KV heads)", "attention output relative L2 error",
+                            "attention error vs cache size");
+}
+
+int plot_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--out"}, {});
+  if (opts.positional.size() != 1) throw kvlab::error("kvlab plot takes one results folder");
+  const std::filesystem::path dir = opts.positional[0];
+  const std::filesystem::path file =
+      opts.has("--out") ? std::filesystem::path(opts.required("--out")) : dir / "fidelity_vs_bytes.svg";
+  kvlab::write_text_atomically(file, fidelity_plot(dir));
+  std::cout << "wrote " << file.string() << "\n";
+  return 0;
+}
+
+// The tables and the plot of a results folder, from what is stored, never from memory,
+// written next to the cells (only when their content changes: a finished re-run changes
+// nothing).
+kvlab::text_table write_sweep_outputs(const std::filesystem::path& dir) {
+  const auto table = stored_results_table(kvlab::read_results(dir));
+  kvlab::write_text_if_changed(dir / "table.md", table.markdown());
+  kvlab::write_text_if_changed(dir / "table.tex", table.latex());
+  kvlab::write_text_if_changed(dir / "fidelity_vs_bytes.svg", fidelity_plot(dir));
+  return table;
+}
+
 int run_command(int argc, char** argv) {
   const options opts(argc, argv, {"--format", "--out", "--threads", "--shard"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab run takes one experiment name");
@@ -163,7 +201,7 @@ int run_command(int argc, char** argv) {
   const auto summary = kvlab::run_sweep(*found->cells, components, run);
   std::clog << summary.cells << " cells in this shard: " << summary.computed << " computed, " << summary.skipped
             << " already done; results in " << run.out.string() << "\n";
-  // The table comes from what is stored, never from memory.
+  const auto stored_table = write_sweep_outputs(run.out);
   if (format == "json") {
     const auto texts = kvlab::stored_metrics(run.out);
     std::cout << "[";
@@ -171,7 +209,7 @@ int run_command(int argc, char** argv) {
     std::cout << "]\n";
     return 0;
   }
-  std::cout << render(stored_results_table(kvlab::read_results(run.out)), format);
+  std::cout << render(stored_table, format);
   return 0;
 }
 
@@ -184,32 +222,12 @@ int table_command(int argc, char** argv) {
   return 0;
 }
 
-int plot_command(int argc, char** argv) {
-  const options opts(argc, argv, {"--out"}, {});
-  if (opts.positional.size() != 1) throw kvlab::error("kvlab plot takes one results folder");
-  const std::filesystem::path dir = opts.positional[0];
-  const std::filesystem::path file =
-      opts.has("--out") ? std::filesystem::path(opts.required("--out")) : dir / "fidelity_vs_bytes.svg";
-  std::vector<kvlab::plot_point> points;
-  for (const auto& r : kvlab::read_results(dir)) {
-    const auto* bytes = r.find("bytes_per_token");
-    const auto* error = r.find("attn_rel_l2");
-    const auto* recipe = r.find("recipe");
-    if (!bytes || !error || !recipe || !bytes->is_number() || !error->is_number() || !recipe->is_string())
-      throw kvlab::error(dir.string() + ": a cell's metrics.json lacks recipe, bytes_per_token or attn_rel_l2");
-    points.push_back({bytes->number(), error->number(), recipe->string()});
-  }
-  kvlab::write_text_atomically(file, kvlab::scatter_svg(points, "bytes per token (all layers and KV heads)",
-                                                        "attention output relative L2 error", dir.filename().string()));
-  std::cout << "wrote " << file.string() << " (" << points.size() << " cells)\n";
-  return 0;
-}
-
 int merge_command(int argc, char** argv) {
   const options opts(argc, argv, {}, {});
   if (opts.positional.size() < 2) throw kvlab::error("kvlab merge takes OUT and at least one shard folder");
   const std::vector<std::filesystem::path> shards(opts.positional.begin() + 1, opts.positional.end());
   const auto copied = kvlab::merge_results(opts.positional[0], shards);
+  write_sweep_outputs(opts.positional[0]);
   std::cout << "merged " << copied << " cells into " << opts.positional[0] << "\n";
   return 0;
 }

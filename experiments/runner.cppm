@@ -118,6 +118,9 @@ inline std::string file_text(const std::filesystem::path& file) {
   return text.str();
 }
 
+// Writes `file` atomically unless it already holds exactly `text`.
+inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text);
+
 // Writes `file` through a temporary file renamed into place: never a half-written file.
 inline void write_text_atomically(const std::filesystem::path& file, const std::string& text) {
   const auto temporary =
@@ -129,6 +132,11 @@ inline void write_text_atomically(const std::filesystem::path& file, const std::
     std::filesystem::remove(temporary, ec);
     throw error("cannot write " + file.string());
   }
+}
+
+inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text) {
+  if (std::filesystem::exists(file) && file_text(file) == text) return;
+  write_text_atomically(file, text);
 }
 
 struct run_options {
