@@ -12,7 +12,9 @@ export namespace kvlab::strategies::none {
 struct keep_all {
   using component_concept = eviction_tag;
   std::string name() const { return "none"; }
-  std::vector<std::size_t> victims(const eviction_view&) const { return {}; }
+  eviction_needs needs() const { return {}; }
+  std::size_t budget(std::size_t seen) const { return seen; }
+  std::vector<double> scores(const eviction_view& view) const { return std::vector<double>(view.positions.size()); }
 };
 static_assert(Eviction<keep_all>);
 

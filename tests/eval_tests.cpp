@@ -65,16 +65,17 @@ BOOST_AUTO_TEST_CASE(every_metric_reports_what_it_measures) {
 
 BOOST_AUTO_TEST_CASE(metric_helpers_have_their_textbook_values) {
   const std::vector<double> p{0.5, 0.25, 0.25};
-  const std::vector<float> q{0.25f, 0.5f, 0.25f};
+  const std::vector<double> q{0.25, 0.5, 0.25};
   BOOST_TEST(kvlab::kl_divergence(p, q) == 0.5 * std::log(2.0) + 0.25 * std::log(0.5),
              boost::test_tools::tolerance(1e-7));
   const std::vector<double> exact{0.4, 0.3, 0.2, 0.1};
-  const std::vector<float> approx{0.1f, 0.3f, 0.2f, 0.4f};
+  const std::vector<double> approx{0.1, 0.3, 0.2, 0.4};
   BOOST_TEST(kvlab::topk_recall(exact, approx, 2) == 0.5); // exact top 2 {0, 1}, compressed {3, 1}
   BOOST_TEST(kvlab::topk_recall(exact, approx, 4) == 1.0);
   const std::vector<float> query{1, 2}, keys{1, 0, 0, 1};
   const std::vector<float> ip{1.5f, 1.5f}; // exact 1 and 2: errors +0.5 and -0.5
-  const auto [bias, rmse] = kvlab::inner_product_error(query, keys, ip);
+  const std::vector<std::size_t> positions{0, 1};
+  const auto [bias, rmse] = kvlab::inner_product_error(query, keys, ip, positions);
   BOOST_TEST(bias == 0.0);
   BOOST_TEST(rmse == 0.5);
 }

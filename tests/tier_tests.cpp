@@ -143,7 +143,7 @@ BOOST_AUTO_TEST_CASE(erasing_half_of_one_head_frees_its_pages_and_nothing_else) 
   // Drop every other token of head 0's keys: 80 records remain, 5 pages instead of 10.
   std::vector<std::size_t> victims;
   for (std::size_t t = 0; t < tokens; t += 2) victims.push_back(t);
-  cache.keys(0, 0).erase_body_tokens(victims);
+  cache.keys(0, 0).erase(victims);
   BOOST_TEST(cache.keys(0, 0).tokens() == tokens / 2);
   BOOST_TEST(cache.bytes(0, 0) == (tokens / page) * page_bytes + (tokens / 2 / page) * page_bytes);
   BOOST_TEST(cache.bytes(0, 1) == other_head);
@@ -222,7 +222,7 @@ BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_
             const auto reference = dequantize_then_attend(cache, 0, h / 2, std::span(queries).subspan(h * 64, 64));
             BOOST_TEST(kvlab::relative_l2(std::span(out).subspan(h * 64, 64), reference) < 1e-5);
             double mass = 0.0;
-            for (std::size_t t = 0; t < trace.tokens; ++t) mass += trace.probabilities[h * trace.tokens + t];
+            for (const float p : trace.head(h)) mass += p;
             BOOST_TEST(std::fabs(mass - 1.0) < 1e-5);
           }
         }
@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(tier_and_storage_errors_name_the_problem) {
   BOOST_CHECK_THROW(make_cache("k=int8@tensor", 1, 1, 64), kvlab::error);
   auto kivi = make_cache("k=uint2@channel(8),v=f16@token", 1, 1, 64);
   const std::vector<std::size_t> first{0};
-  BOOST_CHECK_THROW(kivi.keys(0, 0).erase_body_tokens(first), kvlab::error);
+  BOOST_CHECK_THROW(kivi.keys(0, 0).erase(first), kvlab::error); // holds no token 0 yet
   BOOST_CHECK_THROW(make_cache("k=int8@token,store=paged(0)", 1, 1, 64), kvlab::error);
   auto cache = make_cache("k=int8@token", 1, 1, 64);
   BOOST_CHECK_THROW(cache.append(0, 1, std::vector<float>(64), std::vector<float>(64)), kvlab::error);

@@ -44,11 +44,21 @@ inline void exact_decode_attention(std::span<const float> query, std::span<const
 }
 
 // What eviction scorers need from one decode step of one layer: for every query head, the
-// softmax weight of every held key (oldest first) and the log-sum-exp of the scaled scores.
+// softmax weight of every key its KV head holds (held order) and the log-sum-exp of the
+// scaled scores. Heads may hold different numbers of keys (eviction).
 struct attention_trace {
-  std::size_t tokens = 0;           // keys held per KV head (the same for every head here)
-  std::vector<float> probabilities; // q_heads x tokens
-  std::vector<double> log_sum_exp;  // q_heads
+  std::vector<std::size_t> offsets; // q_heads + 1: head h's weights are [offsets[h], offsets[h + 1])
+  std::vector<float> probabilities;
+  std::vector<double> log_sum_exp; // q_heads
+
+  std::span<const float> head(std::size_t h) const {
+    return std::span(probabilities).subspan(offsets[h], offsets[h + 1] - offsets[h]);
+  }
+  // The weights of the `group` query heads of KV head `kv_head`, group x tokens.
+  std::span<const float> group(std::size_t kv_head, std::size_t group) const {
+    return std::span(probabilities)
+        .subspan(offsets[kv_head * group], offsets[(kv_head + 1) * group] - offsets[kv_head * group]);
+  }
 };
 
 // Decode attention of every query head of `layer` over the compressed cache.
@@ -70,8 +80,10 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
     if (cache.keys(layer, kv_head).tokens() == 0)
       throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
   if (trace) {
-    trace->tokens = cache.keys(layer, 0).tokens();
-    trace->probabilities.assign(q_heads * trace->tokens, 0.0f);
+    trace->offsets.assign(q_heads + 1, 0);
+    for (std::size_t h = 0; h < q_heads; ++h)
+      trace->offsets[h + 1] = trace->offsets[h] + cache.keys(layer, h / group).tokens();
+    trace->probabilities.assign(trace->offsets.back(), 0.0f);
     trace->log_sum_exp.assign(q_heads, 0.0);
   }
   // One KV head: its whole GQA group, start to finish. KV heads share nothing (each stream
@@ -93,8 +105,8 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
       for (auto& s : head_scores) total += (s = std::exp(s - max_score));
       for (auto& s : head_scores) s = static_cast<float>(s / total);
       const std::size_t h = kv_head * group + g;
-      if (trace && tokens == trace->tokens) {
-        std::ranges::copy(head_scores, trace->probabilities.begin() + static_cast<std::ptrdiff_t>(h * tokens));
+      if (trace) {
+        std::ranges::copy(head_scores, trace->probabilities.begin() + static_cast<std::ptrdiff_t>(trace->offsets[h]));
         trace->log_sum_exp[h] = max_score + std::log(total);
       }
     }

@@ -2,6 +2,9 @@
 // (codes token-major, then each group's scale and zero) held by the recipe's storage.
 // A block is one token for per-token groups (token, group(G)) and G tokens for per-channel
 // groups (channel(G)), whose parameters are shared down each channel of the block.
+// Per-channel blocks are stored as one record per token row of codes plus one record of
+// parameters per block, so eviction can free single tokens: a row's codes stay valid
+// under its block's parameters, and the parameters go when the block's last token does.
 module;
 #include "kernels.hpp"
 
@@ -54,13 +57,15 @@ public:
                   "that have not arrived); use them with kvlab codec");
     if (shape.tokens > 1 && (shape.channels != 1 || (head_dim * layout_.bits) % 8 != 0))
       throw error("groups spanning tokens must be one channel wide with byte-aligned token rows");
-    store_ = storage.make_store(layout_.bytes());
+    const bool rows = layout_.block_tokens > 1;
+    store_ = storage.make_store(rows ? layout_.row_code_bytes() : layout_.bytes());
+    if (rows && layout_.params_per_group > 0)
+      params_store_ = storage.make_store(layout_.bytes() - layout_.code_bytes());
     codes_.resize(layout_.block_tokens * head_dim);
     record_.resize(layout_.bytes());
     scratch_.resize(std::max(layout_.block_tokens, head_dim));
     // Per-channel blocks are read one token row at a time with the parameters folded into
     // the query, so their kernel format is a parameterless row of codes.
-    const bool rows = layout_.block_tokens > 1;
     format_ = {.kind = element_kind_of(quantizer_),
                .record_bytes = rows ? layout_.row_code_bytes() : layout_.bytes(),
                .head_dim = head_dim,
@@ -75,8 +80,14 @@ public:
   const record_layout& layout() const noexcept { return layout_; }
   const any_quantizer& quantizer() const noexcept { return quantizer_; }
   std::size_t block_tokens() const noexcept { return layout_.block_tokens; }
-  std::size_t tokens() const noexcept { return store_->size() * layout_.block_tokens; }
-  std::size_t bytes() const noexcept { return store_->bytes_reserved(); }
+  std::size_t tokens() const noexcept { return store_->size(); }
+  // Codes, parameters, page padding and tables, and the live-token count of each
+  // per-channel block once eviction has thinned one.
+  std::size_t bytes() const noexcept {
+    return store_->bytes_reserved() + (params_store_ ? params_store_->bytes_reserved() : 0) +
+           block_sizes_.size() * sizeof(std::uint16_t);
+  }
+  // One record per token: its codes (and, for per-token groups, its parameters).
   const record_store& store() const noexcept { return *store_; }
 
   // Encodes and stores one block: block_tokens() rows of head_dim values (already rotated
@@ -86,16 +97,39 @@ public:
       throw error("append: a block is " + std::to_string(layout_.block_tokens) + " x " +
                   std::to_string(layout_.head_dim) + " values, got " + std::to_string(rows.size()));
     encode(rows, kernels, record_);
-    store_->append(record_);
+    if (layout_.block_tokens == 1) return store_->append(record_);
+    const std::size_t row_bytes = layout_.row_code_bytes();
+    for (std::size_t j = 0; j < layout_.block_tokens; ++j)
+      store_->append(std::span(record_).subspan(j * row_bytes, row_bytes));
+    if (params_store_) params_store_->append(std::span(record_).subspan(layout_.code_bytes()));
+    if (!block_sizes_.empty()) block_sizes_.push_back(static_cast<std::uint16_t>(layout_.block_tokens));
   }
 
   // Removes body tokens (ascending, unique indices); storage compacts and releases what
-  // it no longer needs. Per-channel blocks cannot lose single tokens without re-quantizing,
-  // which kvlab never does, so they refuse.
+  // it no longer needs. A per-channel block keeps its parameters while any of its tokens
+  // remains; nothing is re-quantized.
   void erase(std::span<const std::size_t> sorted_tokens) {
-    if (layout_.block_tokens > 1)
-      throw error("erase: tokens of per-channel blocks cannot be removed one by one (their block shares parameters)");
+    if (sorted_tokens.empty()) return;
+    if (sorted_tokens.back() >= tokens())
+      throw error("erase: token " + std::to_string(sorted_tokens.back()) + " is beyond the body's " +
+                  std::to_string(tokens()) + " tokens");
     store_->erase(sorted_tokens);
+    if (layout_.block_tokens == 1) return;
+    if (block_sizes_.empty())
+      block_sizes_.assign(blocks_before_erase(sorted_tokens.size()), static_cast<std::uint16_t>(layout_.block_tokens));
+    std::vector<std::size_t> emptied;
+    std::size_t first = 0, next = 0;
+    for (std::size_t b = 0; b < block_sizes_.size(); ++b) {
+      const std::size_t end = first + block_sizes_[b];
+      std::size_t removed = 0;
+      for (; next < sorted_tokens.size() && sorted_tokens[next] < end; ++next) ++removed;
+      first = end;
+      block_sizes_[b] = static_cast<std::uint16_t>(block_sizes_[b] - removed);
+      if (block_sizes_[b] == 0) emptied.push_back(b);
+    }
+    if (params_store_) params_store_->erase(emptied);
+    std::erase(block_sizes_, std::uint16_t{0});
+    block_sizes_.shrink_to_fit();
   }
 
   // The record of one block, without storing it (`record` has layout().bytes() bytes).
@@ -143,9 +177,7 @@ public:
     }
     // Per-channel blocks: q . (s * level(c) + z) = (q * s) . level(c) + q . z, so each query
     // is scaled once per block and every row of the block is a plain dot with codes.
-    for (std::size_t b = 0; b < store_->size(); ++b) {
-      const auto record = store_->record(b);
-      read_block_params(record);
+    for_each_channel_block([&](std::size_t first, std::size_t count) {
       for (std::size_t h = 0; h < heads; ++h) {
         const float* query = queries.data() + h * head_dim;
         float constant = 0.0f, scaled_sum = 0.0f;
@@ -154,11 +186,13 @@ public:
           scaled_sum += scratch_[c];
           constant += query[c] * block_params_[c].zero;
         }
-        float* out = scores + h * stride + b * layout_.block_tokens;
-        kernels.dot_records(format_, scratch_.data(), &scaled_sum, record.data(), layout_.block_tokens, out);
-        for (std::size_t j = 0; j < layout_.block_tokens; ++j) out[j] += constant;
+        float* out = scores + h * stride + first;
+        for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
+          kernels.dot_records(format_, scratch_.data(), &scaled_sum, run.data(), n, out + offset);
+        });
+        for (std::size_t j = 0; j < count; ++j) out[j] += constant;
       }
-    }
+    });
   }
 
   // For `heads` weight rows (weights[h * stride + t]): acc_h += sum over body tokens t of
@@ -179,32 +213,36 @@ public:
       return;
     }
     // Per-channel blocks: sum_j w_j (s_c level(c_jc) + z_c) = s_c sum_j w_j level(c_jc) + z_c sum_j w_j.
-    for (std::size_t b = 0; b < store_->size(); ++b) {
-      const auto record = store_->record(b);
-      read_block_params(record);
+    for_each_channel_block([&](std::size_t first, std::size_t count) {
       for (std::size_t h = 0; h < heads; ++h) {
-        const float* w = weights + h * stride + b * layout_.block_tokens;
+        const float* w = weights + h * stride + first;
         float weight_sum = 0.0f, level_constant = 0.0f;
-        for (std::size_t j = 0; j < layout_.block_tokens; ++j) weight_sum += w[j];
+        for (std::size_t j = 0; j < count; ++j) weight_sum += w[j];
         std::fill_n(scratch_.begin(), head_dim, 0.0f);
-        kernels.axpy_records(format_, w, record.data(), layout_.block_tokens, scratch_.data(), &level_constant);
+        for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
+          kernels.axpy_records(format_, w + offset, run.data(), n, scratch_.data(), &level_constant);
+        });
         for (std::size_t c = 0; c < head_dim; ++c)
           acc[h * head_dim + c] +=
               block_params_[c].scale * (scratch_[c] + level_constant) + block_params_[c].zero * weight_sum;
       }
-    }
+    });
   }
 
   // Reference decoder of one body token (the quantizer's own decode, no kernels), in the
   // quantizer's (rotated) space.
   void decode(std::size_t token, std::span<float> out) const {
-    const auto record = store_->record(token / layout_.block_tokens);
-    const std::size_t row = token % layout_.block_tokens;
-    for (std::size_t c = 0; c < layout_.head_dim; ++c) {
-      const std::size_t group = layout_.block_tokens > 1 ? c : c / layout_.group_channels;
-      out[c] =
-          quantizer_.decode(unpack_code(record, row * layout_.head_dim + c, layout_.bits), read_params(record, group));
+    const auto record = store_->record(token);
+    if (layout_.block_tokens > 1) {
+      std::size_t block = 0, first = 0;
+      while (first + block_size(block) <= token) first += block_size(block++);
+      read_block_params(block);
+      for (std::size_t c = 0; c < layout_.head_dim; ++c)
+        out[c] = quantizer_.decode(unpack_code(record, c, layout_.bits), block_params_[c]);
+      return;
     }
+    for (std::size_t c = 0; c < layout_.head_dim; ++c)
+      out[c] = quantizer_.decode(unpack_code(record, c, layout_.bits), read_params(record, c / layout_.group_channels));
   }
 
   // Decodes one body token through the decode kernel (per-token codebook groups) or the reference.
@@ -244,9 +282,42 @@ private:
     }
   }
 
-  void read_block_params(std::span<const std::uint8_t> record) const {
-    block_params_.resize(layout_.head_dim);
-    for (std::size_t c = 0; c < layout_.head_dim; ++c) block_params_[c] = read_params(record, c);
+  std::size_t block_size(std::size_t block) const noexcept {
+    return block_sizes_.empty() ? layout_.block_tokens : block_sizes_[block];
+  }
+  // Per-channel blocks before an erase of `erased` tokens: all still full.
+  std::size_t blocks_before_erase(std::size_t erased) const noexcept {
+    return (tokens() + erased) / layout_.block_tokens;
+  }
+
+  // Visits each per-channel block as (first token row, live rows) with its parameters read
+  // into block_params_.
+  template <class Visit>
+  void for_each_channel_block(Visit&& visit) const {
+    const std::size_t blocks = block_sizes_.empty() ? tokens() / layout_.block_tokens : block_sizes_.size();
+    for (std::size_t b = 0, first = 0; b < blocks; first += block_size(b), ++b) {
+      read_block_params(b);
+      visit(first, block_size(b));
+    }
+  }
+  // Visits token rows [first, first + count) as runs contiguous in storage: (offset from
+  // first, run bytes, rows in the run).
+  template <class Visit>
+  void for_each_row_run(std::size_t first, std::size_t count, Visit&& visit) const {
+    for (std::size_t done = 0; done < count;) {
+      const auto run = store_->run(first + done);
+      const std::size_t n = std::min(count - done, run.size() / format_.record_bytes);
+      visit(done, run.first(n * format_.record_bytes), n);
+      done += n;
+    }
+  }
+
+  // Parameters of per-channel block `block` (scale 1, zero 0 for parameterless formats).
+  void read_block_params(std::size_t block) const {
+    block_params_.assign(layout_.head_dim, group_params{});
+    if (!params_store_) return;
+    const auto params = params_store_->record(block);
+    for (std::size_t c = 0; c < layout_.head_dim; ++c) block_params_[c] = read_params_at(params, c);
   }
 
   // Per-channel block: each channel's G values form a group, fitted and encoded with the
@@ -265,13 +336,14 @@ private:
     pack_codes(codes_, layout_.bits, record.first(layout_.code_bytes()));
   }
 
+  // Parameters follow a record's codes; per-channel parameter records hold them alone.
   std::size_t param_offset(std::size_t group, unsigned which) const noexcept {
-    return layout_.code_bytes() + (group * layout_.params_per_group + which) * layout_.param_bytes;
+    return (group * layout_.params_per_group + which) * layout_.param_bytes;
   }
   void write_params(std::span<std::uint8_t> record, std::size_t group, group_params p) const {
     const float values[2] = {p.scale, p.zero};
     for (unsigned i = 0; i < layout_.params_per_group; ++i) {
-      std::uint8_t* at = record.data() + param_offset(group, i);
+      std::uint8_t* at = record.data() + layout_.code_bytes() + param_offset(group, i);
       if (layout_.param_bytes == 4) {
         std::memcpy(at, &values[i], 4);
       } else {
@@ -280,10 +352,15 @@ private:
       }
     }
   }
+  // Parameters of `group` in a per-token record.
   group_params read_params(std::span<const std::uint8_t> record, std::size_t group) const {
+    return read_params_at(record.subspan(layout_.code_bytes()), group);
+  }
+  // Parameters of `group` in a run of parameters.
+  group_params read_params_at(std::span<const std::uint8_t> params, std::size_t group) const {
     float values[2] = {1.0f, 0.0f};
     for (unsigned i = 0; i < layout_.params_per_group; ++i) {
-      const std::uint8_t* at = record.data() + param_offset(group, i);
+      const std::uint8_t* at = params.data() + param_offset(group, i);
       if (layout_.param_bytes == 4) {
         std::memcpy(&values[i], at, 4);
       } else {
@@ -301,9 +378,11 @@ private:
   std::string name_;   // the quantizer's, for error messages
   encoding_rule rule_; // the quantizer's, asked once
   kernels::record_format format_;
-  std::unique_ptr<record_store> store_;
-  std::vector<std::uint32_t> codes_; // scratch: one block's codes before packing
-  std::vector<std::uint8_t> record_; // scratch: one record before it is stored
+  std::unique_ptr<record_store> store_;        // one record per token
+  std::unique_ptr<record_store> params_store_; // per-channel blocks: one parameter record per block
+  std::vector<std::uint16_t> block_sizes_;     // live tokens per per-channel block; empty while all are full
+  std::vector<std::uint32_t> codes_;           // scratch: one block's codes before packing
+  std::vector<std::uint8_t> record_;           // scratch: one record before it is stored
   // Scratch of the const attention calls: a stream is read by one thread at a time.
   mutable std::vector<float> scratch_;             // scaled query, or one block's level sums
   mutable std::vector<float> head_sums_;           // per head and group: query sums or constant terms

@@ -1,5 +1,9 @@
 // kvlab.cache: the compressed KV cache. Each (layer, KV head) has a key stream and a value
 // stream (stream.cppm: fp16 sinks, quantized body, fp16 residual window), built from a recipe.
+// With an eviction policy the cache also collects what the policy scores with (attention
+// per held key, aggregated over each KV head's query group) and, when the schedule says,
+// keeps the highest-scored tokens of each (layer, KV head) within its allocated budget,
+// erasing (or demoting) the same tokens from its key and value streams.
 module;
 #include "kernels.hpp"
 
@@ -9,6 +13,7 @@ module;
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -28,12 +33,27 @@ class kv_cache {
 public:
   kv_cache(const recipe& r, const registry& components, std::size_t layers, std::size_t kv_heads, std::size_t head_dim)
       : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim) {
-    if (r.eviction != "none")
-      throw error("recipe '" + canonical_name(r) + "': eviction is not implemented in the cache yet");
     const any_storage storage = components.make_storage(r.storage);
     const stream_tiers tiers{.sinks = r.sinks, .residual = r.residual};
-    keys_ = make_streams(r.keys, "keys", r.scale, storage, tiers, components);
-    values_ = make_streams(r.values, "values", r.scale, storage, tiers, components);
+    std::optional<demotion> demote;
+    if (r.demote)
+      demote =
+          demotion{components.make_quantizer(r.demote->quantizer), group_shape_of(*r.demote, "demote", components)};
+    keys_ = make_streams(r.keys, "keys", r.scale, storage, tiers, demote, components);
+    values_ = make_streams(r.values, "values", r.scale, storage, tiers, demote, components);
+    if (r.eviction != "none") {
+      policy_ = components.make_eviction(r.eviction);
+      const std::string where = "recipe '" + canonical_name(r) + "'";
+      allocation_ = budget_allocation::parse(r.allocation, where + ", alloc");
+      gqa_ = parse_group_aggregation(r.gqa, where + ", gqa");
+      needs_ = policy_->needs();
+      if (!r.compress.empty()) needs_.schedule = compress_schedule::parse(r.compress, where + ", compress");
+      demote_ = r.demote.has_value();
+      accumulated_.resize(layers * kv_heads);
+      latest_.resize(layers * kv_heads);
+    } else if (r.demote) {
+      throw error("recipe '" + canonical_name(r) + "': demote needs an eviction policy");
+    }
   }
 
   std::size_t layers() const noexcept { return layers_; }
@@ -48,6 +68,98 @@ public:
   void append(std::size_t layer, std::size_t kv_head, std::span<const float> key, std::span<const float> value) {
     keys(layer, kv_head).append(key, active_kernels());
     values(layer, kv_head).append(value, active_kernels());
+    if (!policy_) return;
+    const std::size_t i = index(layer, kv_head);
+    accumulated_[i].push_back(0.0);
+    latest_[i].push_back(0.0);
+  }
+
+  // --- eviction ---
+  bool evicts() const noexcept { return policy_.has_value(); }
+  compress_schedule schedule() const noexcept { return needs_.schedule; }
+
+  // Whether the policy scores with the attention of the query of prefill token `token`
+  // (of `prefill` prefill tokens); decode steps are always observed when it scores with attention.
+  bool observes_prefill_token(std::size_t token, std::size_t prefill) const noexcept {
+    if (!policy_ || !needs_.attention) return false;
+    if (needs_.schedule.when != compress_schedule::kind::prefill || needs_.observation_window == 0) return true;
+    return token + needs_.observation_window >= prefill;
+  }
+  bool observes_decode_steps() const noexcept { return policy_ && needs_.attention; }
+
+  // Records one step's attention of the query heads of (layer, kv_head): `probabilities` is
+  // group x tokens() (held order); each evictable key gets the mean or max over the group.
+  void observe(std::size_t layer, std::size_t kv_head, std::span<const float> probabilities, std::size_t group) {
+    if (!policy_) return;
+    const std::size_t i = index(layer, kv_head), held = keys_[i].tokens(), n = keys_[i].evictable_tokens();
+    if (group == 0 || probabilities.size() != group * held)
+      throw error("observe: expected " + std::to_string(group) + " x " + std::to_string(held) + " probabilities, got " +
+                  std::to_string(probabilities.size()));
+    for (std::size_t t = 0; t < n; ++t) {
+      double aggregate = 0.0;
+      for (std::size_t g = 0; g < group; ++g) {
+        const double p = probabilities[g * held + t];
+        aggregate =
+            gqa_ == group_aggregation::max ? std::max(aggregate, p) : aggregate + p / static_cast<double>(group);
+      }
+      accumulated_[i][t] += aggregate;
+      latest_[i][t] = aggregate;
+    }
+  }
+
+  // Call once after every appended token (all layers and heads): compresses when the
+  // schedule says so (step, every(N)).
+  void token_done() {
+    if (!policy_ || keys_.empty()) return;
+    const std::size_t seen = keys_.front().tokens_seen();
+    if (needs_.schedule.when == compress_schedule::kind::step ||
+        (needs_.schedule.when == compress_schedule::kind::every && seen % needs_.schedule.period == 0))
+      compress();
+  }
+  // Call once when prefill ends: compresses for the prefill schedule.
+  void prefill_done() {
+    if (policy_ && needs_.schedule.when == compress_schedule::kind::prefill) compress();
+  }
+
+  // Keeps, in every (layer, KV head), the highest-scored evictable tokens within the
+  // allocated budget; the others are erased (or demoted) from its key and value streams.
+  void compress() {
+    if (!policy_) return;
+    for (std::size_t layer = 0; layer < layers_; ++layer) {
+      std::vector<std::vector<double>> scores(kv_heads_);
+      for (std::size_t head = 0; head < kv_heads_; ++head) scores[head] = score(layer, head);
+      const std::size_t budget =
+          allocation_.layer_budget(layer, layers_, policy_->budget(keys_[index(layer, 0)].tokens_seen()));
+      const auto kept =
+          allocation_.how == budget_allocation::kind::adakv ? shared_pool(scores, budget) : per_head(scores, budget);
+      for (std::size_t head = 0; head < kv_heads_; ++head) drop_all_but(layer, head, kept[head]);
+    }
+  }
+
+  // The scores the policy gives the evictable tokens of (layer, kv_head) now.
+  std::vector<double> score(std::size_t layer, std::size_t kv_head) const {
+    const std::size_t i = index(layer, kv_head);
+    const kv_stream& k = keys_[i];
+    const std::size_t n = k.evictable_tokens();
+    std::vector<float> held_keys;
+    if (needs_.keys) {
+      held_keys.resize(n * head_dim_);
+      for (std::size_t t = 0; t < n; ++t) k.decode(t, std::span(held_keys).subspan(t * head_dim_, head_dim_));
+    }
+    const eviction_view view{.layer = layer,
+                             .layers = layers_,
+                             .kv_head = kv_head,
+                             .tokens_seen = k.tokens_seen(),
+                             .head_dim = head_dim_,
+                             .positions = k.positions().first(n),
+                             .accumulated = accumulated_[i],
+                             .latest = latest_[i],
+                             .keys = held_keys};
+    auto scores = policy_->scores(view);
+    if (scores.size() != n)
+      throw error("eviction " + policy_->name() + " returned " + std::to_string(scores.size()) + " scores for " +
+                  std::to_string(n) + " tokens");
+    return scores;
   }
 
   // Appends tokens [0, tokens) of `keys` and `values` ([kv_heads][tokens][head_dim] of one
@@ -78,6 +190,77 @@ public:
   }
 
 private:
+  // Uniform and pyramid: each head keeps its `budget` best tokens.
+  static std::vector<std::vector<std::size_t>> per_head(const std::vector<std::vector<double>>& scores,
+                                                        std::size_t budget) {
+    std::vector<std::vector<std::size_t>> kept;
+    for (const auto& s : scores) kept.push_back(top_scores(s, budget));
+    return kept;
+  }
+
+  // Ada-KV (arXiv 2407.11550, sec. 4): the layer's heads share heads x budget slots. Each
+  // head first keeps its best alpha x budget tokens (the safeguard); the remaining slots go
+  // to the best remaining scores of any head (ties: the more recent token, then the lower head).
+  std::vector<std::vector<std::size_t>> shared_pool(const std::vector<std::vector<double>>& scores,
+                                                    std::size_t budget) const {
+    const std::size_t floor = static_cast<std::size_t>(allocation_.parameter * static_cast<double>(budget));
+    std::vector<std::vector<std::size_t>> kept = per_head(scores, floor);
+    std::size_t slots = budget * scores.size();
+    struct candidate {
+      double score;
+      std::size_t token, head;
+    };
+    std::vector<candidate> rest;
+    for (std::size_t h = 0; h < scores.size(); ++h) {
+      slots -= std::min(slots, kept[h].size());
+      std::vector<bool> taken(scores[h].size());
+      for (const std::size_t t : kept[h]) taken[t] = true;
+      for (std::size_t t = 0; t < scores[h].size(); ++t)
+        if (!taken[t]) rest.push_back({scores[h][t], t, h});
+    }
+    const std::size_t extra = std::min(slots, rest.size());
+    std::ranges::partial_sort(rest, rest.begin() + static_cast<std::ptrdiff_t>(extra),
+                              [](const candidate& a, const candidate& b) {
+                                if (a.score != b.score) return a.score > b.score;
+                                if (a.token != b.token) return a.token > b.token;
+                                return a.head < b.head;
+                              });
+    for (std::size_t j = 0; j < extra; ++j) kept[rest[j].head].push_back(rest[j].token);
+    for (auto& k : kept) std::ranges::sort(k);
+    return kept;
+  }
+
+  // Erases (or demotes) every evictable token of (layer, kv_head) not in `kept` (ascending).
+  void drop_all_but(std::size_t layer, std::size_t kv_head, const std::vector<std::size_t>& kept) {
+    const std::size_t i = index(layer, kv_head), n = keys_[i].evictable_tokens();
+    if (kept.size() == n) return;
+    std::vector<std::size_t> victims;
+    for (std::size_t t = 0, next = 0; t < n; ++t)
+      if (next < kept.size() && kept[next] == t)
+        ++next;
+      else
+        victims.push_back(t);
+    if (demote_) {
+      keys_[i].demote(victims, active_kernels());
+      values_[i].demote(victims, active_kernels());
+    } else {
+      keys_[i].erase(victims);
+      values_[i].erase(victims);
+    }
+    for (auto* scores : {&accumulated_[i], &latest_[i]}) {
+      for (std::size_t j = 0; j < kept.size(); ++j) (*scores)[j] = (*scores)[kept[j]];
+      scores->resize(kept.size());
+    }
+  }
+
+  group_shape group_shape_of(const stream_recipe& s, const std::string& which, const registry& components) const {
+    try {
+      return components.make_granularity(s.granularity).group_shape(head_dim_);
+    } catch (const error& e) {
+      throw error(which + " granularity " + s.granularity + ": " + e.what());
+    }
+  }
+
   std::size_t index(std::size_t layer, std::size_t kv_head) const {
     if (layer >= layers_ || kv_head >= kv_heads_)
       throw error("cache has " + std::to_string(layers_) + " layers x " + std::to_string(kv_heads_) +
@@ -88,19 +271,14 @@ private:
 
   std::vector<kv_stream> make_streams(const stream_recipe& s, const std::string& which, param_precision scale,
                                       const any_storage& storage, stream_tiers tiers,
-                                      const registry& components) const {
+                                      const std::optional<demotion>& demote, const registry& components) const {
     const any_quantizer quantizer = components.make_quantizer(s.quantizer);
-    group_shape shape;
-    try {
-      shape = components.make_granularity(s.granularity).group_shape(head_dim_);
-    } catch (const error& e) {
-      throw error(which + " granularity " + s.granularity + ": " + e.what());
-    }
+    const group_shape shape = group_shape_of(s, which, components);
     std::vector<kv_stream> streams;
     streams.reserve(layers_ * kv_heads_);
     try {
       for (std::size_t i = 0; i < layers_ * kv_heads_; ++i)
-        streams.emplace_back(quantizer, shape, head_dim_, scale, storage, tiers);
+        streams.emplace_back(quantizer, shape, head_dim_, scale, storage, tiers, demote);
     } catch (const error& e) {
       throw error(which + " " + s.quantizer + "@" + s.granularity + ": " + e.what());
     }
@@ -109,6 +287,14 @@ private:
 
   std::size_t layers_, kv_heads_, head_dim_;
   std::vector<kv_stream> keys_, values_;
+  std::optional<any_eviction> policy_; // none: the cache keeps every token
+  budget_allocation allocation_;
+  group_aggregation gqa_ = group_aggregation::mean;
+  eviction_needs needs_;
+  bool demote_ = false;
+  // Per (layer, KV head), per evictable token (held order): attention summed over observed
+  // steps and at the latest one, aggregated over the query group.
+  std::vector<std::vector<double>> accumulated_, latest_;
 };
 
 } // namespace kvlab

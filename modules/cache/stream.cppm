@@ -8,12 +8,17 @@
 // model's cache holds) and are encoded from those fp16 values when their block flushes; a
 // token that flushes the moment it arrives (R = 0, per-token groups) is encoded from its
 // input values.
+// Eviction removes held tokens from any tier (the stream records each token's position);
+// with demotion (MiKV, arXiv 2402.18096, sec. 3) they move instead to a fourth tier, a
+// lower-precision per-token body encoded from what the cache held, which eviction never
+// touches again.
 module;
 #include "kernels.hpp"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,12 +34,24 @@ struct stream_tiers {
   std::size_t residual = 0; // most recent tokens kept in fp16
 };
 
+// The codec of the demoted tier: per-token groups only (tokens arrive there one by one).
+struct demotion {
+  any_quantizer quantizer;
+  group_shape shape;
+};
+
 class kv_stream {
 public:
   kv_stream(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
-            const any_storage& storage, stream_tiers tiers)
+            const any_storage& storage, stream_tiers tiers, const std::optional<demotion>& demote = std::nullopt)
       : body_(quantizer, shape, head_dim, precision, storage), quantizer_(std::move(quantizer)), head_dim_(head_dim),
         tiers_(tiers), rotated_(head_dim), block_(body_.block_tokens() * head_dim) {
+    if (demote) {
+      if (demote->shape.tokens != 1)
+        throw error("demote: " + demote->quantizer.name() +
+                    " needs per-token groups (token or group(G)): demoted tokens arrive one at a time");
+      demoted_.emplace(demote->quantizer, demote->shape, head_dim, precision, storage);
+    }
     half_format_ = {.kind = kernels::element_kind::f16,
                     .record_bytes = 2 * head_dim,
                     .head_dim = head_dim,
@@ -46,18 +63,28 @@ public:
   std::size_t sink_tokens() const noexcept { return sinks_.size() / head_dim_; }
   std::size_t body_tokens() const noexcept { return body_.tokens(); }
   std::size_t window_tokens() const noexcept { return window_.size() / head_dim_; }
-  std::size_t tokens() const noexcept { return sink_tokens() + body_tokens() + window_tokens(); }
+  std::size_t demoted_tokens() const noexcept { return demoted_ ? demoted_->tokens() : 0; }
+  // Tokens eviction may still remove: sinks, body and window.
+  std::size_t evictable_tokens() const noexcept { return sink_tokens() + body_tokens() + window_tokens(); }
+  // Every held token: the evictable ones, then the demoted ones.
+  std::size_t tokens() const noexcept { return evictable_tokens() + demoted_tokens(); }
+  std::size_t tokens_seen() const noexcept { return seen_; }
+  // Position (arrival index) of every held token, in held order.
+  std::span<const std::size_t> positions() const noexcept { return positions_; }
   const quantized_body& body() const noexcept { return body_; }
 
-  // Everything the stream holds: fp16 sinks and window, and the body's storage (records,
-  // page padding and page tables).
-  std::size_t bytes() const noexcept { return 2 * (sinks_.size() + window_.size()) + body_.bytes(); }
+  // Everything the stream holds: fp16 sinks and window, and the bodies' storage (records,
+  // page padding and page tables). Positions are the harness's bookkeeping, not counted.
+  std::size_t bytes() const noexcept {
+    return 2 * (sinks_.size() + window_.size()) + body_.bytes() + (demoted_ ? demoted_->bytes() : 0);
+  }
 
   void append(std::span<const float> token, const kernel_table& kernels) {
     if (token.size() != head_dim_)
       throw error("append: token has " + std::to_string(token.size()) + " channels, stream has head_dim " +
                   std::to_string(head_dim_));
-    if (sink_tokens() < tiers_.sinks) return push_half(sinks_, token);
+    positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens()), seen_++);
+    if (seen_ <= tiers_.sinks) return push_half(sinks_, token);
     if (tiers_.residual == 0 && body_.block_tokens() == 1) return append_body(token, kernels);
     push_half(window_, token);
     const std::size_t block = body_.block_tokens();
@@ -68,8 +95,47 @@ public:
     }
   }
 
-  // Removes body tokens (indices among the body's tokens, ascending and unique).
-  void erase_body_tokens(std::span<const std::size_t> sorted_tokens) { body_.erase(sorted_tokens); }
+  // Removes evictable tokens (held indices below evictable_tokens(), ascending and unique)
+  // from whichever tier holds them; storage frees what they used.
+  void erase(std::span<const std::size_t> sorted_tokens) {
+    check_evictable(sorted_tokens);
+    const std::size_t body_start = sink_tokens(), window_start = body_start + body_tokens();
+    std::vector<std::size_t> sinks, body, window;
+    for (const std::size_t t : sorted_tokens)
+      (t < body_start     ? sinks
+       : t < window_start ? body
+                          : window)
+          .push_back(t < body_start     ? t
+                     : t < window_start ? t - body_start
+                                        : t - window_start);
+    erase_rows(sinks_, sinks);
+    body_.erase(body);
+    erase_rows(window_, window);
+    std::size_t next = 0, kept = 0;
+    for (std::size_t t = 0; t < positions_.size(); ++t)
+      if (next < sorted_tokens.size() && sorted_tokens[next] == t)
+        ++next;
+      else
+        positions_[kept++] = positions_[t];
+    positions_.resize(kept);
+  }
+
+  // Moves evictable tokens (as for erase) to the demoted tier, encoding them from what the
+  // stream holds for them.
+  void demote(std::span<const std::size_t> sorted_tokens, const kernel_table& kernels) {
+    if (!demoted_) throw error("demote: this stream has no demoted tier (recipe without demote=)");
+    check_evictable(sorted_tokens);
+    std::vector<float> row(head_dim_);
+    std::vector<std::size_t> moved;
+    for (const std::size_t t : sorted_tokens) {
+      decode(t, row);
+      if (demoted_->quantizer().rotates()) demoted_->quantizer().rotate(row);
+      demoted_->append(row, kernels);
+      moved.push_back(positions_[t]);
+    }
+    erase(sorted_tokens);
+    positions_.insert(positions_.end(), moved.begin(), moved.end());
+  }
 
   // For `heads` queries (heads x head_dim, one GQA group): scores[h * tokens() + t] =
   // query_h . decoded(t) for every held token t, oldest first (sinks, body, window). The
@@ -82,13 +148,9 @@ public:
       half_dot(kernels, sinks_, query, scores.subspan(h * n, body_start));
       half_dot(kernels, window_, query, scores.subspan(h * n + window_start, window_tokens()));
     }
-    std::span<const float> body_queries = queries.first(heads * head_dim_);
-    if (quantizer_.rotates()) { // q . k = (R q) . (R k): rotate each query once, not every key
-      rotated_.assign(body_queries.begin(), body_queries.end());
-      for (std::size_t h = 0; h < heads; ++h) quantizer_.rotate(std::span(rotated_).subspan(h * head_dim_, head_dim_));
-      body_queries = rotated_;
-    }
-    body_.dot_all(kernels, body_queries, heads, scores.data() + body_start, n);
+    body_dot(body_, kernels, queries.first(heads * head_dim_), heads, scores.data() + body_start, n);
+    if (demoted_)
+      body_dot(*demoted_, kernels, queries.first(heads * head_dim_), heads, scores.data() + evictable_tokens(), n);
   }
 
   // For `heads` weight rows (weights[h * tokens() + t]): acc_h += sum over held tokens t of
@@ -101,15 +163,8 @@ public:
       half_axpy(kernels, sinks_, weights.subspan(h * n, body_start), head_acc);
       half_axpy(kernels, window_, weights.subspan(h * n + window_start, window_tokens()), head_acc);
     }
-    if (!quantizer_.rotates()) return body_.axpy_all(kernels, weights.data() + body_start, n, heads, acc);
-    // Accumulate in the rotated space and un-rotate each head's sum once.
-    rotated_.assign(heads * head_dim_, 0.0f);
-    body_.axpy_all(kernels, weights.data() + body_start, n, heads, rotated_);
-    for (std::size_t h = 0; h < heads; ++h) {
-      const auto head_sum = std::span(rotated_).subspan(h * head_dim_, head_dim_);
-      quantizer_.unrotate(head_sum);
-      for (std::size_t c = 0; c < head_dim_; ++c) acc[h * head_dim_ + c] += head_sum[c];
-    }
+    body_axpy(body_, kernels, weights.data() + body_start, n, heads, acc);
+    if (demoted_) body_axpy(*demoted_, kernels, weights.data() + evictable_tokens(), n, heads, acc);
   }
 
   // Reference decoder of held token t (oldest first): no kernels.
@@ -121,7 +176,10 @@ public:
       quantizer_.unrotate(out);
       return;
     }
-    read_half(window_, token - body_tokens(), out);
+    token -= body_tokens();
+    if (token < window_tokens()) return read_half(window_, token, out);
+    demoted_->decode(token - window_tokens(), out);
+    demoted_->quantizer().unrotate(out);
   }
 
 private:
@@ -131,6 +189,48 @@ private:
     for (std::size_t r = 0; r < rows.size() / head_dim_; ++r)
       quantizer_.rotate(std::span(rotated).subspan(r * head_dim_, head_dim_));
     body_.append(rotated, kernels);
+  }
+  // q . k = (R q) . (R k): a rotating quantizer's body is read with each query rotated once,
+  // not every key un-rotated.
+  void body_dot(const quantized_body& body, const kernel_table& kernels, std::span<const float> queries,
+                std::size_t heads, float* scores, std::size_t stride) const {
+    if (!body.quantizer().rotates()) return body.dot_all(kernels, queries, heads, scores, stride);
+    rotated_.assign(queries.begin(), queries.end());
+    for (std::size_t h = 0; h < heads; ++h)
+      body.quantizer().rotate(std::span(rotated_).subspan(h * head_dim_, head_dim_));
+    body.dot_all(kernels, rotated_, heads, scores, stride);
+  }
+  // Rotating bodies accumulate in the rotated space; each head's sum is un-rotated once.
+  void body_axpy(const quantized_body& body, const kernel_table& kernels, const float* weights, std::size_t stride,
+                 std::size_t heads, std::span<float> acc) const {
+    if (!body.quantizer().rotates()) return body.axpy_all(kernels, weights, stride, heads, acc);
+    rotated_.assign(heads * head_dim_, 0.0f);
+    body.axpy_all(kernels, weights, stride, heads, rotated_);
+    for (std::size_t h = 0; h < heads; ++h) {
+      const auto head_sum = std::span(rotated_).subspan(h * head_dim_, head_dim_);
+      body.quantizer().unrotate(head_sum);
+      for (std::size_t c = 0; c < head_dim_; ++c) acc[h * head_dim_ + c] += head_sum[c];
+    }
+  }
+  void check_evictable(std::span<const std::size_t> sorted_tokens) const {
+    for (std::size_t i = 0; i < sorted_tokens.size(); ++i)
+      if (sorted_tokens[i] >= evictable_tokens() || (i > 0 && sorted_tokens[i] <= sorted_tokens[i - 1]))
+        throw error("eviction needs ascending, unique indices below the " + std::to_string(evictable_tokens()) +
+                    " evictable tokens");
+  }
+  void erase_rows(std::vector<std::uint16_t>& rows, std::span<const std::size_t> sorted_rows) const {
+    if (sorted_rows.empty()) return;
+    std::size_t next = 0, kept = 0;
+    for (std::size_t t = 0; t < rows.size() / head_dim_; ++t) {
+      if (next < sorted_rows.size() && sorted_rows[next] == t) {
+        ++next;
+        continue;
+      }
+      std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(t * head_dim_), head_dim_,
+                  rows.begin() + static_cast<std::ptrdiff_t>(kept++ * head_dim_));
+    }
+    rows.resize(kept * head_dim_);
+    rows.shrink_to_fit();
   }
   static void push_half(std::vector<std::uint16_t>& rows, std::span<const float> token) {
     for (const float x : token) rows.push_back(float_to_half_bits(x));
@@ -152,12 +252,15 @@ private:
   }
 
   quantized_body body_;
+  std::optional<quantized_body> demoted_;
   any_quantizer quantizer_;
   std::size_t head_dim_;
   stream_tiers tiers_;
   kernels::record_format half_format_;
   std::vector<std::uint16_t> sinks_;   // fp16 rows
   std::vector<std::uint16_t> window_;  // fp16 rows, oldest first
+  std::size_t seen_ = 0;               // tokens ever appended
+  std::vector<std::size_t> positions_; // of every held token, in held order
   mutable std::vector<float> rotated_; // scratch: rotated queries or body value sums
   std::vector<float> block_;           // scratch: one block leaving the window
 };

@@ -13,6 +13,7 @@ export module kvlab.core:concepts;
 import :codebook;
 import :errors;
 import :numeric;
+import :eviction;
 
 export namespace kvlab {
 
@@ -115,21 +116,19 @@ inline std::size_t param_index(const group_shape& shape, std::size_t head_dim, s
   return (token / shape.tokens) * (head_dim / shape.channels) + channel / shape.channels;
 }
 
-// What an eviction policy sees of one (layer, KV head) stream when it is asked for victims.
-struct eviction_view {
-  std::size_t layer = 0;
-  std::size_t kv_head = 0;
-  std::size_t tokens_seen = 0;                   // tokens ever appended to the stream
-  std::span<const std::size_t> positions;        // position of each held token, ascending
-  std::span<const double> accumulated_attention; // per held token, summed over steps
-};
-
-// Eviction: names the held tokens to drop (indices into view.positions, ascending).
+// Eviction: scores the tokens of one (layer, KV head); the cache keeps the highest scores
+// within the budget (see :eviction for budgets, allocation and schedules).
+//   needs()       what the cache must collect (attention, keys) and the default schedule
+//   budget(seen)  tokens one head keeps once `seen` tokens have arrived
+//   scores(view)  one score per held token; protected_score for tokens that must stay
 template <class E>
-concept Eviction = opts_into<E, eviction_tag> && std::copyable<E> && requires(const E e, const eviction_view& view) {
-  { e.name() } -> std::convertible_to<std::string>;
-  { e.victims(view) } -> std::same_as<std::vector<std::size_t>>;
-};
+concept Eviction =
+    opts_into<E, eviction_tag> && std::copyable<E> && requires(const E e, const eviction_view& view, std::size_t seen) {
+      { e.name() } -> std::convertible_to<std::string>;
+      { e.needs() } -> std::same_as<eviction_needs>;
+      { e.budget(seen) } -> std::same_as<std::size_t>;
+      { e.scores(view) } -> std::same_as<std::vector<double>>;
+    };
 
 // Fixed-size records (one per stored block of tokens) for one stream. Implementations
 // decide the memory layout; bytes_reserved() is everything they hold, padding included.

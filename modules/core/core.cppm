@@ -6,6 +6,7 @@ export import :numeric;
 export import :random;
 export import :tensor;
 export import :codebook;
+export import :eviction;
 export import :concepts;
 export import :erased;
 export import :registry;

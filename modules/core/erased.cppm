@@ -11,6 +11,7 @@ module;
 export module kvlab.core:erased;
 import :codebook;
 import :concepts;
+import :eviction;
 
 export namespace kvlab {
 
@@ -115,19 +116,25 @@ public:
   explicit any_eviction(E eviction) : self_(std::make_shared<model<E>>(std::move(eviction))) {}
 
   std::string name() const { return self_->name(); }
-  std::vector<std::size_t> victims(const eviction_view& view) const { return self_->victims(view); }
+  eviction_needs needs() const { return self_->needs(); }
+  std::size_t budget(std::size_t seen) const { return self_->budget(seen); }
+  std::vector<double> scores(const eviction_view& view) const { return self_->scores(view); }
 
 private:
   struct concept_t {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
-    virtual std::vector<std::size_t> victims(const eviction_view&) const = 0;
+    virtual eviction_needs needs() const = 0;
+    virtual std::size_t budget(std::size_t) const = 0;
+    virtual std::vector<double> scores(const eviction_view&) const = 0;
   };
   template <class E>
   struct model final : concept_t {
     explicit model(E e) : e(std::move(e)) {}
     std::string name() const override { return e.name(); }
-    std::vector<std::size_t> victims(const eviction_view& view) const override { return e.victims(view); }
+    eviction_needs needs() const override { return e.needs(); }
+    std::size_t budget(std::size_t seen) const override { return e.budget(seen); }
+    std::vector<double> scores(const eviction_view& view) const override { return e.scores(view); }
     E e;
   };
   std::shared_ptr<const concept_t> self_;

@@ -3,6 +3,7 @@
 // equal recipe and keys result folders and table rows.
 module;
 #include <cstddef>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@ export module kvlab.core:recipe;
 import :errors;
 import :numeric;
 import :concepts;
+import :eviction;
 import :registry;
 
 export namespace kvlab {
@@ -28,12 +30,17 @@ struct recipe {
   std::size_t sinks = 0;                        // first tokens kept in fp16
   std::size_t residual = 0;                     // most recent tokens kept in fp16
   std::string eviction = "none";
+  std::string allocation = "uniform";  // budgets over layers and heads: uniform, pyramid(beta), adakv(alpha)
+  std::string gqa = "mean";            // a KV head's score from its query heads: mean or max
+  std::string compress;                // prefill, step or every(N); empty: the policy's own schedule
+  std::optional<stream_recipe> demote; // evicted tokens move to this tier instead of being dropped
   std::string storage = "flat";
   bool operator==(const recipe&) const = default;
 };
 
 // Keys of a recipe string, in canonical order.
-inline constexpr std::string_view recipe_keys = "k, v, scale, sinks, residual, evict, store";
+inline constexpr std::string_view recipe_keys =
+    "k, v, scale, sinks, residual, evict, alloc, gqa, compress, demote, store";
 
 // k and v always; the other parts only when they differ from the default.
 inline std::string canonical_name(const recipe& r) {
@@ -43,6 +50,10 @@ inline std::string canonical_name(const recipe& r) {
   if (r.sinks != 0) name += ",sinks=" + std::to_string(r.sinks);
   if (r.residual != 0) name += ",residual=" + std::to_string(r.residual);
   if (r.eviction != "none") name += ",evict=" + r.eviction;
+  if (r.allocation != "uniform") name += ",alloc=" + r.allocation;
+  if (r.gqa != "mean") name += ",gqa=" + r.gqa;
+  if (!r.compress.empty()) name += ",compress=" + r.compress;
+  if (r.demote) name += ",demote=" + r.demote->quantizer + "@" + r.demote->granularity;
   if (r.storage != "flat") name += ",store=" + r.storage;
   return name;
 }
@@ -66,10 +77,31 @@ inline recipe normalized(recipe r, const registry& components) {
   check(r.values.granularity, "v=" + r.values.quantizer + "@" + r.values.granularity, granularity);
   check(r.eviction, "evict=" + r.eviction, [&](const std::string& t) { components.make_eviction(t); });
   check(r.storage, "store=" + r.storage, [&](const std::string& t) { components.make_storage(t); });
+  // Parts with a fixed vocabulary, rewritten in their normalized spelling.
+  const auto fixed = [](std::string& text, std::string_view part, auto&& parse) {
+    text = parse(text, "recipe part '" + std::string(part) + "'");
+  };
+  fixed(r.allocation, "alloc=" + r.allocation,
+        [](const std::string& t, const std::string& w) { return budget_allocation::parse(t, w).text(); });
+  fixed(r.gqa, "gqa=" + r.gqa, [](const std::string& t, const std::string& w) {
+    return parse_group_aggregation(t, w) == group_aggregation::max ? std::string("max") : std::string("mean");
+  });
+  if (!r.compress.empty())
+    fixed(r.compress, "compress=" + r.compress,
+          [](const std::string& t, const std::string& w) { return compress_schedule::parse(t, w).text(); });
+  if (r.demote) {
+    const std::string part = "demote=" + r.demote->quantizer + "@" + r.demote->granularity;
+    check(r.demote->quantizer, part, quantizer);
+    check(r.demote->granularity, part, granularity);
+  }
+  if (r.eviction == "none" && (r.allocation != "uniform" || r.gqa != "mean" || !r.compress.empty() || r.demote))
+    throw error("recipe '" + canonical_name(r) +
+                "': alloc, gqa, compress and demote need an eviction policy (evict=...)");
   return r;
 }
 
-// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,store=P`. k and v default
+// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,alloc=A,gqa=mean|max,
+// compress=C,demote=Q@G,store=P`. k and v default
 // to f16@token; every part may appear once.
 inline recipe parse_recipe(std::string_view text, const registry& components) {
   recipe r;
@@ -101,6 +133,17 @@ inline recipe parse_recipe(std::string_view text, const registry& components) {
       r.residual = parse_number<std::size_t>(value, where);
     } else if (key == "evict") {
       r.eviction = value;
+    } else if (key == "alloc") {
+      r.allocation = value;
+    } else if (key == "gqa") {
+      r.gqa = value;
+    } else if (key == "compress") {
+      r.compress = value;
+    } else if (key == "demote") {
+      const auto at = value.find('@');
+      if (at == std::string::npos)
+        throw error(where + ": expected quantizer@granularity, for example demote=uint2@token");
+      r.demote = stream_recipe{value.substr(0, at), value.substr(at + 1)};
     } else if (key == "store") {
       r.storage = value;
     } else {

@@ -1,6 +1,12 @@
 // kvlab.eval: the attention-fidelity protocol. Prefill the compressed cache with the first
 // tokens, then decode: append k_t and v_t, attend with q_t over the compressed cache, and
 // compare with exact attention over the full history (double precision).
+// With eviction the cache runs its policy as a model would: every prefill token whose
+// attention the policy scores with is attended (q_t over the cache as it is then) and
+// observed; the cache compresses when its schedule says (after each token, every N, or
+// once at the end of prefill); a decode step attends before the step's compression, so
+// it sees the budget plus the new token. Evicted keys count as weight 0 in score_kl
+// (floored, see kl_divergence) and topk_recall.
 module;
 #include <algorithm>
 #include <cmath>
@@ -50,16 +56,16 @@ struct eval_result {
 
 // KL(p || q) in nats; q is floored at 1e-30 so a key the compressed cache gives no weight
 // costs a large finite penalty instead of infinity.
-inline double kl_divergence(std::span<const double> p, std::span<const float> q) {
+inline double kl_divergence(std::span<const double> p, std::span<const double> q) {
   double kl = 0.0;
   for (std::size_t i = 0; i < p.size(); ++i)
-    if (p[i] > 0) kl += p[i] * std::log(p[i] / std::max(double{q[i]}, 1e-30));
+    if (p[i] > 0) kl += p[i] * std::log(p[i] / std::max(q[i], 1e-30));
   return kl;
 }
 
 // Share of the k keys with the largest exact weight that are among the k largest
 // compressed weights (ties broken by position, so the result is deterministic).
-inline double topk_recall(std::span<const double> exact, std::span<const float> approx, std::size_t k) {
+inline double topk_recall(std::span<const double> exact, std::span<const double> approx, std::size_t k) {
   k = std::min(k, exact.size());
   if (k == 0) return 1.0;
   const auto top = [k](auto weights) {
@@ -78,30 +84,33 @@ inline double topk_recall(std::span<const double> exact, std::span<const float> 
   return static_cast<double>(common.size()) / static_cast<double>(k);
 }
 
-// Mean and root mean square of q.k_hat - q.k over the keys (rows of `keys`).
+// Mean and root mean square of q.k_hat - q.k over the held keys: approx[i] is the cache's
+// q.k for the key at position positions[i] (a row of `keys`).
 inline std::pair<double, double> inner_product_error(std::span<const float> query, std::span<const float> keys,
-                                                     std::span<const float> approx) {
+                                                     std::span<const float> approx,
+                                                     std::span<const std::size_t> positions) {
   const std::size_t head_dim = query.size(), n = approx.size();
   double sum = 0.0, squares = 0.0;
   for (std::size_t t = 0; t < n; ++t) {
     double exact = 0.0;
-    for (std::size_t c = 0; c < head_dim; ++c) exact += double{query[c]} * double{keys[t * head_dim + c]};
+    for (std::size_t c = 0; c < head_dim; ++c) exact += double{query[c]} * double{keys[positions[t] * head_dim + c]};
     const double d = double{approx[t]} - exact;
     sum += d, squares += d * d;
   }
   return {sum / static_cast<double>(n), std::sqrt(squares / static_cast<double>(n))};
 }
 
-// MSE and SNR (dB) of a stream's held tokens against the data they came from (no eviction:
-// held token t is data token t).
+// MSE and SNR (dB) of a stream's held tokens against the data they came from (held token t
+// is data token positions()[t]).
 inline std::pair<double, double> reconstruction_error(const kv_stream& stream, std::span<const float> source) {
   const std::size_t head_dim = stream.head_dim();
   std::vector<float> decoded(head_dim);
   double error = 0.0, signal = 0.0;
   for (std::size_t t = 0; t < stream.tokens(); ++t) {
     stream.decode(t, decoded);
+    const std::size_t row = stream.positions()[t];
     for (std::size_t c = 0; c < head_dim; ++c) {
-      const double x = source[t * head_dim + c], d = double{decoded[c]} - x;
+      const double x = source[row * head_dim + c], d = double{decoded[c]} - x;
       error += d * d, signal += x * x;
     }
   }
@@ -129,19 +138,32 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
       for (std::size_t head = 0; head < data.kv_heads(); ++head)
         cache.append(layer, head, data.keys.row(layer, head, t), data.values.row(layer, head, t));
   };
-  for (std::size_t t = 0; t < prefill; ++t) append(t);
-
   const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
   std::vector<float> queries(q_heads * head_dim), out(q_heads * head_dim), approx_ip;
-  std::vector<double> exact(head_dim), exact_p;
   attention_trace trace;
+  // Attends with the queries of token t in `layer` (trace filled) and lets the cache observe it.
+  const auto attend = [&](std::size_t layer, std::size_t t, bool observe) {
+    for (std::size_t h = 0; h < q_heads; ++h)
+      std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+    decode_attention(cache, layer, queries, out, kernels, &trace);
+    if (observe)
+      for (std::size_t head = 0; head < data.kv_heads(); ++head)
+        cache.observe(layer, head, trace.group(head, group), group);
+  };
+  for (std::size_t t = 0; t < prefill; ++t) {
+    append(t);
+    if (cache.observes_prefill_token(t, prefill))
+      for (std::size_t layer = 0; layer < data.layers(); ++layer) attend(layer, t, true);
+    cache.token_done();
+  }
+  cache.prefill_done();
+
+  std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
+  std::vector<double> exact(head_dim), exact_p, approx_p;
   for (std::size_t t = prefill; t < tokens; ++t) {
     append(t);
     for (std::size_t layer = 0; layer < data.layers(); ++layer) {
-      for (std::size_t h = 0; h < q_heads; ++h)
-        std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
-      decode_attention(cache, layer, queries, out, kernels, &trace);
+      attend(layer, t, cache.observes_decode_steps());
       for (std::size_t h = 0; h < q_heads; ++h) {
         const auto query = data.queries.row(layer, h, t);
         const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);
@@ -150,16 +172,21 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
         const auto approx = std::span<const float>(out).subspan(h * head_dim, head_dim);
         rel_l2.push_back(relative_l2(approx, exact));
         cosine.push_back(cosine_similarity(approx, exact));
-        const auto approx_p = std::span<const float>(trace.probabilities).subspan(h * trace.tokens, trace.tokens);
+        // The cache's weights by position; evicted keys weigh 0.
+        const kv_stream& held = cache.keys(layer, h / group);
+        approx_p.assign(t + 1, 0.0);
+        const auto weights = trace.head(h);
+        for (std::size_t i = 0; i < weights.size(); ++i) approx_p[held.positions()[i]] = weights[i];
         kl.push_back(kl_divergence(exact_p, approx_p));
-        recall.push_back(topk_recall(exact_p, approx_p, options.top_k));
-        approx_ip.resize(trace.tokens);
-        cache.keys(layer, h / group).dot_all(kernels, query, 1, approx_ip);
-        const auto [ip_bias, ip_rmse] = inner_product_error(query, keys, approx_ip);
+        recall.push_back(topk_recall(exact_p, std::span<const double>(approx_p), options.top_k));
+        approx_ip.resize(held.tokens());
+        held.dot_all(kernels, query, 1, approx_ip);
+        const auto [ip_bias, ip_rmse] = inner_product_error(query, keys, approx_ip, held.positions());
         bias.push_back(ip_bias);
         rmse.push_back(ip_rmse);
       }
     }
+    cache.token_done();
   }
 
   // Reconstruction of what the cache holds at the end, per (layer, KV head).
