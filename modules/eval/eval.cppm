@@ -118,6 +118,42 @@ inline std::pair<double, double> reconstruction_error(const kv_stream& stream, s
   return {error / n, error == 0.0 ? INFINITY : 10.0 * std::log10(signal / error)};
 }
 
+// Appends token t of `data` to every (layer, KV head) of the cache.
+inline void append_token(kv_cache& cache, const kv_data& data, std::size_t t) {
+  for (std::size_t layer = 0; layer < data.layers(); ++layer)
+    for (std::size_t head = 0; head < data.kv_heads(); ++head)
+      cache.append(layer, head, data.keys.row(layer, head, t), data.values.row(layer, head, t));
+}
+
+// Decode attention with the queries of token t in `layer` over the cache (out and trace
+// filled, q_heads x head_dim); the cache observes the step when `observe`.
+inline void attend_token(kv_cache& cache, const kv_data& data, std::size_t layer, std::size_t t, bool observe,
+                         std::span<float> out, attention_trace& trace, const kernel_table& kernels) {
+  const std::size_t head_dim = data.head_dim(), q_heads = data.q_heads(), group = q_heads / data.kv_heads();
+  std::vector<float> queries(q_heads * head_dim);
+  for (std::size_t h = 0; h < q_heads; ++h)
+    std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+  decode_attention(cache, layer, queries, out, kernels, &trace);
+  if (observe)
+    for (std::size_t head = 0; head < data.kv_heads(); ++head)
+      cache.observe(layer, head, trace.group(head, group), group);
+}
+
+// One prefill token as a model's prefill would treat it under the cache's policy: append,
+// attend and observe when the policy scores with this token's attention, compress when the
+// schedule says.
+inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, std::size_t prefill,
+                          const kernel_table& kernels) {
+  append_token(cache, data, t);
+  if (cache.observes_prefill_token(t, prefill)) {
+    std::vector<float> out(data.q_heads() * data.head_dim());
+    attention_trace trace;
+    for (std::size_t layer = 0; layer < data.layers(); ++layer)
+      attend_token(cache, data, layer, t, true, out, trace, kernels);
+  }
+  cache.token_done();
+}
+
 inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
                             const eval_options& options = {}) {
   check_consistent(data);
@@ -133,37 +169,18 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   const kernel_table& kernels = active_kernels();
 
   kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim);
-  const auto append = [&](std::size_t t) {
-    for (std::size_t layer = 0; layer < data.layers(); ++layer)
-      for (std::size_t head = 0; head < data.kv_heads(); ++head)
-        cache.append(layer, head, data.keys.row(layer, head, t), data.values.row(layer, head, t));
-  };
-  const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  std::vector<float> queries(q_heads * head_dim), out(q_heads * head_dim), approx_ip;
-  attention_trace trace;
-  // Attends with the queries of token t in `layer` (trace filled) and lets the cache observe it.
-  const auto attend = [&](std::size_t layer, std::size_t t, bool observe) {
-    for (std::size_t h = 0; h < q_heads; ++h)
-      std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
-    decode_attention(cache, layer, queries, out, kernels, &trace);
-    if (observe)
-      for (std::size_t head = 0; head < data.kv_heads(); ++head)
-        cache.observe(layer, head, trace.group(head, group), group);
-  };
-  for (std::size_t t = 0; t < prefill; ++t) {
-    append(t);
-    if (cache.observes_prefill_token(t, prefill))
-      for (std::size_t layer = 0; layer < data.layers(); ++layer) attend(layer, t, true);
-    cache.token_done();
-  }
+  for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, kernels);
   cache.prefill_done();
 
+  const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();
+  std::vector<float> out(q_heads * head_dim), approx_ip;
+  attention_trace trace;
   std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
   std::vector<double> exact(head_dim), exact_p, approx_p;
   for (std::size_t t = prefill; t < tokens; ++t) {
-    append(t);
+    append_token(cache, data, t);
     for (std::size_t layer = 0; layer < data.layers(); ++layer) {
-      attend(layer, t, cache.observes_decode_steps());
+      attend_token(cache, data, layer, t, cache.observes_decode_steps(), out, trace, kernels);
       for (std::size_t h = 0; h < q_heads; ++h) {
         const auto query = data.queries.row(layer, h, t);
         const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);

@@ -1,0 +1,46 @@
+// knorm(B): keep the B tokens whose keys have the smallest L2 norm (small-norm keys draw
+// the most attention).
+// Paper: Devoto et al., "A Simple and Effective L2 Norm-Based Strategy for KV Cache
+// Compression", arXiv 2406.11430, sec. 3-4.
+module;
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+export module kvlab.strategies.knorm;
+import kvlab.core;
+
+export namespace kvlab::strategies::knorm {
+
+struct small_key_norm {
+  using component_concept = eviction_tag;
+  token_budget keep;
+  std::string name() const { return "knorm(" + keep.text() + ")"; }
+  eviction_needs needs() const { return {.keys = true}; }
+  std::size_t budget(std::size_t seen) const { return keep.tokens(seen); }
+  std::vector<double> scores(const eviction_view& view) const {
+    std::vector<double> scores(view.positions.size());
+    for (std::size_t t = 0; t < scores.size(); ++t) {
+      double squares = 0.0;
+      for (std::size_t c = 0; c < view.head_dim; ++c)
+        squares += double{view.keys[t * view.head_dim + c]} * view.keys[t * view.head_dim + c];
+      scores[t] = -std::sqrt(squares);
+    }
+    return scores;
+  }
+};
+static_assert(Eviction<small_key_norm>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "knorm",
+                  .usage = "knorm(B), B tokens or a ratio in (0,1)",
+                  .summary = "keep the keys with the smallest L2 norm",
+                  .paper = "arXiv 2406.11430 sec. 3",
+                  .examples = {"knorm(16)"}},
+                 registry::eviction_factory([](const strategy_args& a) {
+                   a.expect_arguments(1, "knorm(B)");
+                   return any_eviction(small_key_norm{token_budget::parse(a.args[0], "'" + a.text + "', B")});
+                 }));
+}
+
+} // namespace kvlab::strategies::knorm

@@ -1,0 +1,45 @@
+// random(B,seed): keep B tokens chosen uniformly at random, the floor any scoring policy
+// must beat. Each token's score depends only on (seed, layer, KV head, position), so runs
+// are reproducible whatever the thread count or schedule.
+// Paper: - (the random-eviction baseline of H2O, arXiv 2306.14048, sec. 5)
+module;
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+export module kvlab.strategies.random;
+import kvlab.core;
+
+export namespace kvlab::strategies::random {
+
+struct random_tokens {
+  using component_concept = eviction_tag;
+  token_budget keep;
+  std::uint64_t seed = 0;
+  std::string name() const { return "random(" + keep.text() + "," + std::to_string(seed) + ")"; }
+  eviction_needs needs() const { return {}; }
+  std::size_t budget(std::size_t seen) const { return keep.tokens(seen); }
+  std::vector<double> scores(const eviction_view& view) const {
+    std::vector<double> scores;
+    const std::uint64_t stream = (std::uint64_t{view.layer} << 32) ^ view.kv_head;
+    for (const std::size_t p : view.positions)
+      scores.push_back(random_stream(seed ^ (p * 0x9e3779b97f4a7c15ull), stream).uniform());
+    return scores;
+  }
+};
+static_assert(Eviction<random_tokens>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "random",
+                  .usage = "random(B,seed), B tokens or a ratio in (0,1)",
+                  .summary = "keep B tokens chosen at random (seeded)",
+                  .paper = "arXiv 2306.14048 sec. 5 (baseline)",
+                  .examples = {"random(16,1)"}},
+                 registry::eviction_factory([](const strategy_args& a) {
+                   a.expect_arguments(2, "random(B,seed)");
+                   return any_eviction(random_tokens{token_budget::parse(a.args[0], "'" + a.text + "', B"),
+                                                     a.number<std::uint64_t>(1, "seed")});
+                 }));
+}
+
+} // namespace kvlab::strategies::random

@@ -1,0 +1,41 @@
+// streaming(S,N): keep the first S tokens (attention sinks) and the N most recent.
+// Paper: StreamingLLM, arXiv 2309.17453, sec. 3.2 (attention sinks) and 3.3 (rolling cache).
+module;
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+export module kvlab.strategies.streaming;
+import kvlab.core;
+
+export namespace kvlab::strategies::streaming {
+
+struct sinks_and_window {
+  using component_concept = eviction_tag;
+  std::size_t sinks = 4;
+  token_budget recent;
+  std::string name() const { return "streaming(" + std::to_string(sinks) + "," + recent.text() + ")"; }
+  eviction_needs needs() const { return {}; }
+  std::size_t budget(std::size_t seen) const { return std::min(seen, sinks + recent.tokens(seen)); }
+  std::vector<double> scores(const eviction_view& view) const {
+    std::vector<double> scores;
+    for (const std::size_t p : view.positions) scores.push_back(p < sinks ? protected_score : static_cast<double>(p));
+    return scores;
+  }
+};
+static_assert(Eviction<sinks_and_window>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "streaming",
+                  .usage = "streaming(S,N), S sink tokens, N recent tokens or a ratio in (0,1)",
+                  .summary = "attention sinks plus a recent window",
+                  .paper = "arXiv 2309.17453 sec. 3.2-3.3",
+                  .examples = {"streaming(4,16)"}},
+                 registry::eviction_factory([](const strategy_args& a) {
+                   a.expect_arguments(2, "streaming(S,N)");
+                   return any_eviction(sinks_and_window{a.number<std::size_t>(0, "S"),
+                                                        token_budget::parse(a.args[1], "'" + a.text + "', N")});
+                 }));
+}
+
+} // namespace kvlab::strategies::streaming

@@ -1,0 +1,37 @@
+// tova(B): Token Omission Via Attention. Keep the B tokens with the largest attention at
+// the latest step (averaged, or max-ed, over the query heads sharing the KV head).
+// Paper: TOVA, arXiv 2401.06104, sec. 3.
+module;
+#include <cstddef>
+#include <string>
+#include <vector>
+export module kvlab.strategies.tova;
+import kvlab.core;
+
+export namespace kvlab::strategies::tova {
+
+struct latest_attention {
+  using component_concept = eviction_tag;
+  token_budget keep;
+  std::string name() const { return "tova(" + keep.text() + ")"; }
+  eviction_needs needs() const { return {.attention = true}; }
+  std::size_t budget(std::size_t seen) const { return keep.tokens(seen); }
+  std::vector<double> scores(const eviction_view& view) const {
+    return std::vector<double>(view.latest.begin(), view.latest.end());
+  }
+};
+static_assert(Eviction<latest_attention>);
+
+inline void register_into(registry& components) {
+  components.add({.name = "tova",
+                  .usage = "tova(B), B tokens or a ratio in (0,1)",
+                  .summary = "keep the tokens the latest query attends to most",
+                  .paper = "arXiv 2401.06104 sec. 3",
+                  .examples = {"tova(16)"}},
+                 registry::eviction_factory([](const strategy_args& a) {
+                   a.expect_arguments(1, "tova(B)");
+                   return any_eviction(latest_attention{token_budget::parse(a.args[0], "'" + a.text + "', B")});
+                 }));
+}
+
+} // namespace kvlab::strategies::tova
