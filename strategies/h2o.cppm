@@ -30,8 +30,8 @@ static_assert(Eviction<heavy_hitters>);
 
 inline void register_into(registry& components) {
   components.add({.name = "h2o",
-                  .usage = "h2o(H,R), H heavy hitters and R recent tokens, counts or ratios in (0,1)",
-                  .summary = "heavy hitters by accumulated attention plus a recent window",
+                  .usage = "h2o(H,R)",
+                  .summary = "H heavy hitters by accumulated attention plus R recent tokens",
                   .paper = "arXiv 2306.14048 sec. 3",
                   .examples = {"h2o(8,8)"}},
                  registry::eviction_factory([](const strategy_args& a) {

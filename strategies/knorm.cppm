@@ -33,7 +33,7 @@ static_assert(Eviction<small_key_norm>);
 
 inline void register_into(registry& components) {
   components.add({.name = "knorm",
-                  .usage = "knorm(B), B tokens or a ratio in (0,1)",
+                  .usage = "knorm(B)",
                   .summary = "keep the keys with the smallest L2 norm",
                   .paper = "arXiv 2406.11430 sec. 3",
                   .examples = {"knorm(16)"}},

@@ -31,7 +31,7 @@ static_assert(Eviction<random_tokens>);
 
 inline void register_into(registry& components) {
   components.add({.name = "random",
-                  .usage = "random(B,seed), B tokens or a ratio in (0,1)",
+                  .usage = "random(B,seed)",
                   .summary = "keep B tokens chosen at random (seeded)",
                   .paper = "arXiv 2306.14048 sec. 5 (baseline)",
                   .examples = {"random(16,1)"}},

@@ -46,8 +46,8 @@ static_assert(Eviction<observation_vote>);
 
 inline void register_into(registry& components) {
   components.add({.name = "snapkv",
-                  .usage = "snapkv(B,W,K), budget B (tokens or ratio), window W, odd pooling kernel K",
-                  .summary = "observation-window voting with pooling, at prefill",
+                  .usage = "snapkv(B,W,K)",
+                  .summary = "budget B, observation window W, odd pooling kernel K; at prefill",
                   .paper = "arXiv 2404.14469 sec. 4.2",
                   .examples = {"snapkv(16,4,3)"}},
                  registry::eviction_factory([](const strategy_args& a) {

@@ -27,8 +27,8 @@ static_assert(Eviction<sinks_and_window>);
 
 inline void register_into(registry& components) {
   components.add({.name = "streaming",
-                  .usage = "streaming(S,N), S sink tokens, N recent tokens or a ratio in (0,1)",
-                  .summary = "attention sinks plus a recent window",
+                  .usage = "streaming(S,N)",
+                  .summary = "S attention sinks plus the N most recent tokens",
                   .paper = "arXiv 2309.17453 sec. 3.2-3.3",
                   .examples = {"streaming(4,16)"}},
                  registry::eviction_factory([](const strategy_args& a) {

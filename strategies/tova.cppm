@@ -24,7 +24,7 @@ static_assert(Eviction<latest_attention>);
 
 inline void register_into(registry& components) {
   components.add({.name = "tova",
-                  .usage = "tova(B), B tokens or a ratio in (0,1)",
+                  .usage = "tova(B)",
                   .summary = "keep the tokens the latest query attends to most",
                   .paper = "arXiv 2401.06104 sec. 3",
                   .examples = {"tova(16)"}},

@@ -25,8 +25,8 @@ static_assert(Eviction<recent_window>);
 
 inline void register_into(registry& components) {
   components.add({.name = "window",
-                  .usage = "window(N), N tokens or a ratio in (0,1)",
-                  .summary = "keep the N most recent tokens",
+                  .usage = "window(N)",
+                  .summary = "keep the N most recent tokens (N a count or a ratio of the tokens seen)",
                   .paper = "arXiv 2004.05150 sec. 3.1",
                   .examples = {"window(16)"}},
                  registry::eviction_factory([](const strategy_args& a) {

@@ -69,7 +69,9 @@ BOOST_AUTO_TEST_CASE(unknown_names_say_where_and_what_is_allowed) {
   BOOST_TEST(contains(granularity, "unknown granularity 'row'; allowed: channel(G), group(G), tensor, token"),
              granularity);
   const auto eviction = parse_error("k=int8@token,evict=h9o");
-  BOOST_TEST(contains(eviction, "unknown eviction 'h9o'; allowed: none"), eviction);
+  BOOST_TEST(contains(eviction, "unknown eviction 'h9o'; allowed: h2o(H,R), knorm(B), none, random(B,seed), "
+                                "snapkv(B,W,K), streaming(S,N), tova(B), window(N)"),
+             eviction);
   const auto storage = parse_error("k=int8@token,store=ring");
   BOOST_TEST(contains(storage, "unknown storage 'ring'; allowed: flat"), storage);
   const auto width = parse_error("k=int1@token");
