@@ -4,4 +4,5 @@ export import :baselines;
 export import :recipe_table;
 export import :quantizer_distortion;
 export import :kivi_ablation;
+export import :eviction_budget;
 export import :experiments;

@@ -14,6 +14,7 @@ import :baselines;
 import :recipe_table;
 import :quantizer_distortion;
 import :kivi_ablation;
+import :eviction_budget;
 
 export namespace kvlab::configs {
 
@@ -48,6 +49,10 @@ inline const std::vector<experiment>& experiments() {
         {.name = "kivi-ablation",
          .description = "keys per channel vs per token, values per token, 2/4 bits, residual 0/128 on synthetic:llm",
          .cells = sweep{.recipes = kivi_ablation_recipes(), .data = {kivi_ablation_data}}},
+        {.name = "eviction-budget",
+         .description = "every eviction policy at 10/25/50 % of the tokens, and h2o with 2-bit demotion, on "
+                        "synthetic:llm",
+         .cells = sweep{.recipes = eviction_budget_recipes(), .data = {eviction_budget_data}}},
         {.name = "quantizer-distortion",
          .description = "MSE of every quantizer and bit width (token groups, D = 128) on unit vectors and N(0,1) "
                         "data, next to the Shannon bound 4^-b",
