@@ -2,13 +2,8 @@
 # row that demotes its evicted tokens to 2 bits has lower attention error than every
 # dropping row (any policy) that spends as many or more bytes per token.
 cmake_policy(VERSION 3.28)
-file(REMOVE_RECURSE ${WORK})
-execute_process(COMMAND ${KVLAB} run eviction-budget --out ${WORK} --format json RESULT_VARIABLE code
-                OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT code EQUAL 0)
-  message(FATAL_ERROR "kvlab run eviction-budget failed:\n${out}${err}")
-endif()
-string(JSON cells LENGTH "${out}")
+include(${CMAKE_CURRENT_LIST_DIR}/run_experiment.cmake)
+kvlab_run_experiment(eviction-budget)
 set(demoted "")
 set(dropped "")
 math(EXPR last "${cells} - 1")

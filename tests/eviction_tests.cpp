@@ -81,6 +81,20 @@ BOOST_AUTO_TEST_CASE(every_policy_keeps_its_budget_after_every_step_and_frees_th
   }
 }
 
+BOOST_AUTO_TEST_CASE(compress_every_n_lets_the_cache_grow_between_compressions) {
+  const auto& data = small_llm();
+  for (const std::string policy : {"window(10)", "h2o(6,4)"}) {
+    auto cache = make_cache("k=int4@group(16),v=int4@group(16),evict=" + policy + ",compress=every(8)", data);
+    std::size_t expected = 0;
+    for (std::size_t t = 0; t < data.tokens(); ++t) {
+      kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+      expected = (t + 1) % 8 == 0 ? std::min<std::size_t>(expected + 1, 10) : expected + 1;
+      BOOST_TEST_REQUIRE(cache.keys(1, 0).tokens() == expected, policy << " after token " << t);
+    }
+    require_streams_agree(cache);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(streaming_keeps_exactly_the_first_4_and_the_last_n) {
   const auto& data = small_llm();
   auto cache = make_cache("k=f16@token,v=uint4@group(16),evict=streaming(4,10)", data);

@@ -1,13 +1,8 @@
 # The KIVI finding on synthetic:llm data: at 2 bits, per-channel keys give lower attention
 # error than per-token keys (same group size, same values), with and without the window.
 cmake_policy(VERSION 3.28)
-file(REMOVE_RECURSE ${WORK})
-execute_process(COMMAND ${KVLAB} run kivi-ablation --out ${WORK} --format json RESULT_VARIABLE code
-                OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT code EQUAL 0)
-  message(FATAL_ERROR "kvlab run kivi-ablation failed:\n${out}${err}")
-endif()
-string(JSON cells LENGTH "${out}")
+include(${CMAKE_CURRENT_LIST_DIR}/run_experiment.cmake)
+kvlab_run_experiment(kivi-ablation)
 foreach(i RANGE 0 ${cells})
   if(i EQUAL cells)
     break()
