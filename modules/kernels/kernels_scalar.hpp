@@ -60,6 +60,50 @@ inline void encode_nearest(const float* x, std::size_t n, float scale, float zer
     put_code(packed, first + i, bits, nearest_code(x[i], scale, zero, thresholds, count));
 }
 
+// Rounds a group's fitted scale and zero as storage holds them and writes the first
+// params_per_group of them; false when one overflows fp16.
+inline bool put_group_params(const record_format& f, std::uint8_t* record, std::size_t group, float& scale,
+                             float& zero) noexcept {
+  float values[2] = {scale, zero};
+  std::uint8_t* at = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
+  for (unsigned i = 0; i < 2; ++i) {
+    if (f.params_f32) {
+      if (i < f.params_per_group) std::memcpy(at + 4 * i, &values[i], 4);
+      continue;
+    }
+    const std::uint16_t half = float_to_half_bits(values[i]);
+    if ((half & 0x7c00u) == 0x7c00u) return false;
+    values[i] = half_bits_to_float(half);
+    if (i < f.params_per_group) std::memcpy(at + 2 * i, &half, 2);
+  }
+  scale = values[0];
+  zero = values[1];
+  return true;
+}
+
+// The fused per-token encoder over a kernel set's statistics and uniform encoder (the
+// scalar reference and every SIMD table share it, so they differ only in those).
+template <auto absmax, auto min_max, auto encode_uniform>
+bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                           std::uint8_t* record) noexcept {
+  const std::size_t n = f.group_channels;
+  for (std::size_t g = 0; g < f.groups(); ++g) {
+    const float* group = x + g * n;
+    float scale, zero = 0.0f;
+    if (fit == uniform_fit::absmax) {
+      scale = absmax(group, n) / f.offset;
+    } else {
+      float lo, hi;
+      min_max(group, n, &lo, &hi);
+      scale = (hi - lo) / static_cast<float>(max_code);
+      zero = lo;
+    }
+    if (!put_group_params(f, record, g, scale, zero)) return false;
+    encode_uniform(group, n, scale, zero, static_cast<int>(f.offset), max_code, f.bits, record, g * n);
+  }
+  return true;
+}
+
 inline void decode_codes(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
                          const float* levels, float scale, float zero, float* out) noexcept {
   for (std::size_t i = 0; i < n; ++i) out[i] = scale * levels[code_at(packed, first + i, bits)] + zero;

@@ -571,6 +571,7 @@ struct kernels {
             .decode_codes = &decode_codes,
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
+            .encode_uniform_record = &scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform>,
             .dot_records = &dot_records,
             .axpy_records = &axpy_records,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
