@@ -231,13 +231,32 @@ struct kernels {
     scalar::axpy_raw_codes(alpha, packed, first + done, n - done, bits, acc + done);
   }
 
+  // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
+  // the longest dependency chain of a group's encoding.
+  static float reduce_max(floats v) noexcept {
+    if constexpr (is_avx512) {
+      return _mm512_reduce_max_ps(v);
+    } else {
+      __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+      return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
+  }
+  static float reduce_min(floats v) noexcept {
+    if constexpr (is_avx512) {
+      return _mm512_reduce_min_ps(v);
+    } else {
+      __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+      m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+      return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
+    }
+  }
+
   static float absmax(const float* x, std::size_t n) noexcept {
     floats m(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width) m = xsimd::max(m, xsimd::abs(floats::load_unaligned(x + i)));
-    alignas(64) float lanes[width];
-    m.store_aligned(lanes);
-    return std::max(scalar::absmax(lanes, width), scalar::absmax(x + i, n - i));
+    return std::max(reduce_max(m), scalar::absmax(x + i, n - i));
   }
 
   static void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
@@ -249,18 +268,20 @@ struct kernels {
       a = xsimd::min(a, v);
       b = xsimd::max(b, v);
     }
-    alignas(64) float lanes_lo[width], lanes_hi[width];
-    a.store_aligned(lanes_lo);
-    b.store_aligned(lanes_hi);
-    float tail_lo, tail_hi, ignored;
-    scalar::min_max(lanes_lo, width, lo, &ignored);
-    scalar::min_max(lanes_hi, width, &ignored, hi);
+    *lo = reduce_min(a);
+    *hi = reduce_max(b);
     if (i < n) {
+      float tail_lo, tail_hi;
       scalar::min_max(x + i, n - i, &tail_lo, &tail_hi);
       *lo = std::min(*lo, tail_lo);
       *hi = std::max(*hi, tail_hi);
     }
   }
+
+  // fp16 rounding of fitted parameters (to nearest even, like float_to_half_bits) in one
+  // instruction each way.
+  static std::uint16_t to_half(float x) noexcept { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+  static float from_half(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
 
   static void decode_codes(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
                            const float* levels, float scale, float zero, float* out) noexcept {
@@ -571,7 +592,8 @@ struct kernels {
             .decode_codes = &decode_codes,
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
-            .encode_uniform_record = &scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform>,
+            .encode_uniform_record =
+                &scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>,
             .dot_records = &dot_records,
             .axpy_records = &axpy_records,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
