@@ -33,7 +33,10 @@ public:
   std::span<const float> levels() const { return std::span(levels_).first(std::size_t{1} << bits_); }
 
   encoding_rule encoding() const {
-    return {.kind = encoding_kind::uniform, .offset = max_code_, .max_code = 2u * static_cast<unsigned>(max_code_)};
+    return {.kind = encoding_kind::uniform,
+            .offset = max_code_,
+            .max_code = 2u * static_cast<unsigned>(max_code_),
+            .fit = uniform_fit::absmax};
   }
 
   group_params fit(std::span<const float> group) const {

@@ -27,7 +27,9 @@ public:
   unsigned params_per_group() const { return 2; }
   element_format format() const { return element_format::codebook; }
   std::span<const float> levels() const { return std::span(levels_).first(max_code_ + 1); }
-  encoding_rule encoding() const { return {.kind = encoding_kind::uniform, .offset = 0, .max_code = max_code_}; }
+  encoding_rule encoding() const {
+    return {.kind = encoding_kind::uniform, .offset = 0, .max_code = max_code_, .fit = uniform_fit::min_max};
+  }
 
   group_params fit(std::span<const float> group) const {
     const auto [lo, hi] = min_max(group);

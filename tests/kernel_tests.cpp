@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <string>
+#include <utility>
 #include <vector>
 import kvlab;
 
@@ -128,6 +131,74 @@ BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
               BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
             }
           }
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for_byte) {
+  // quantized_body::encode takes the fused encoder for int<b> and uint<b> (also under rht);
+  // its records must be the ones the quantizer's own fit, stored_params and per-element
+  // encode give, on every ISA, every width, odd head_dims and groups, fp16 and f32 params.
+  const auto& components = kvlab::builtin_registry();
+  std::vector<std::string> quantizers = {"rht(int4)", "rht(uint8)"};
+  for (unsigned bits = 1; bits <= 8; ++bits) {
+    if (bits >= 2) quantizers.push_back("int" + std::to_string(bits));
+    quantizers.push_back("uint" + std::to_string(bits));
+  }
+  const std::pair<std::size_t, const char*> shapes[] = {
+      {37, "token"}, {21, "group(7)"}, {48, "group(16)"}, {128, "group(32)"}, {40, "group(20)"}};
+  random_bytes random;
+  std::vector<kvlab::isa> isas = simd_isas();
+  isas.push_back(kvlab::isa::scalar);
+  for (const auto& name : quantizers) {
+    const kvlab::any_quantizer q = components.make_quantizer(name);
+    const unsigned bits = q.bits();
+    for (const auto& [head_dim, granularity] : shapes) {
+      const auto shape = components.make_granularity(granularity).group_shape(head_dim);
+      for (const auto precision : {kvlab::param_precision::f16, kvlab::param_precision::f32}) {
+        kvlab::quantized_body body(q, shape, head_dim, precision, components.make_storage("flat"));
+        const auto& layout = body.layout();
+        for (int trial = 0; trial < 4; ++trial) {
+          auto x = random.floats(head_dim);
+          for (auto& v : x) v *= trial == 3 ? 1e-6f : 3.0f; // fp16-subnormal scales in trial 3
+          std::fill_n(x.begin(), shape.channels, 0.5f);     // a constant group (scale 0)
+          if (trial == 1) std::fill_n(x.begin(), shape.channels, 0.0f);
+          x[head_dim - 1] = 0.25f * static_cast<float>(trial); // ties and signed zeros
+          std::vector<std::uint8_t> expected(layout.bytes(), 0);
+          std::vector<std::uint32_t> codes(head_dim);
+          for (std::size_t g = 0; g < layout.groups(); ++g) {
+            const auto values = std::span<const float>(x).subspan(g * shape.channels, shape.channels);
+            const auto p = kvlab::stored_params(q.fit(values), precision, q.name());
+            const float params[2] = {p.scale, p.zero};
+            for (unsigned i = 0; i < layout.params_per_group; ++i) {
+              std::uint8_t* at =
+                  expected.data() + layout.code_bytes() + (g * layout.params_per_group + i) * layout.param_bytes;
+              const std::uint16_t half = kvlab::float_to_half_bits(params[i]);
+              std::memcpy(at, layout.param_bytes == 4 ? static_cast<const void*>(&params[i]) : &half,
+                          layout.param_bytes);
+            }
+            for (std::size_t c = 0; c < shape.channels; ++c) codes[g * shape.channels + c] = q.encode(values[c], p);
+          }
+          kvlab::pack_codes(codes, bits, std::span(expected).first(layout.code_bytes()));
+          for (const auto isa : isas) {
+            BOOST_TEST_CONTEXT(name << " " << granularity << " head_dim " << head_dim << " trial " << trial << " "
+                                    << kvlab::isa_name(isa)
+                                    << (precision == kvlab::param_precision::f32 ? " f32" : " f16")) {
+              std::vector<std::uint8_t> record(layout.bytes(), 0); // as the body's scratch: padding bits are kept
+              body.encode(x, kvlab::kernels_for(isa), record);
+              BOOST_TEST_REQUIRE(record == expected, boost::test_tools::per_element());
+            }
+          }
+        }
+        // A scale past fp16's range is the quantizer's error, not a silent infinity.
+        if (precision == kvlab::param_precision::f16) {
+          std::vector<float> huge(head_dim, 1e9f);
+          huge[0] = -1e9f;
+          std::vector<std::uint8_t> record(layout.bytes());
+          for (const auto isa : isas)
+            BOOST_CHECK_THROW(body.encode(huge, kvlab::kernels_for(isa), record), kvlab::error);
         }
       }
     }

@@ -135,6 +135,10 @@ public:
   // The record of one block, without storing it (`record` has layout().bytes() bytes).
   void encode(std::span<const float> rows, const kernel_table& kernels, std::span<std::uint8_t> record) {
     if (layout_.block_tokens > 1) return encode_channels(rows, record);
+    // The quantizer's fit is a standard uniform one: one kernel call fits and encodes the
+    // record (false only when a parameter overflows fp16: the loop below reports it).
+    if (rule_.fit && kernels.encode_uniform_record(format_, *rule_.fit, rule_.max_code, rows.data(), record.data()))
+      return;
     const std::size_t group_channels = layout_.group_channels;
     const bool by_kernel = quantizer_.format() == element_format::codebook && rule_.kind != encoding_kind::per_element;
     for (std::size_t g = 0; g < layout_.groups(); ++g) {

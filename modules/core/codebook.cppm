@@ -8,6 +8,7 @@ module;
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 export module kvlab.core:codebook;
@@ -21,11 +22,15 @@ enum class encoding_kind {
   nearest      // code = number of thresholds below (x - zero) / scale (0 if scale == 0); levels ascending
 };
 
+using kernels::uniform_fit;
+
 struct encoding_rule {
   encoding_kind kind = encoding_kind::per_element;
   int offset = 0;                    // uniform
   unsigned max_code = 0;             // uniform
   std::span<const float> thresholds; // nearest: midpoints between adjacent ascending levels
+  // uniform: set when fit() is this standard rule, so kernels fit and encode a record at once
+  std::optional<uniform_fit> fit;
 };
 
 // Midpoints between adjacent levels of an ascending codebook: the decision thresholds of

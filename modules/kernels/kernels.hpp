@@ -20,6 +20,12 @@ enum class element_kind : std::uint8_t {
   table_codes   // scale * levels[code] + zero (nf4, lloyd<b>, fp8, ...)
 };
 
+// How a uniform grid (int<b>, uint<b>) fits its parameters to a group.
+enum class uniform_fit : std::uint8_t {
+  absmax, // symmetric: scale = absmax / offset, zero = 0
+  min_max // asymmetric: scale = (max - min) / max_code, zero = min
+};
+
 // Layout of the records of one stream: one token per record, `record_bytes` apart. Codes
 // (or raw floats) first, bit-packed; then per group of `group_channels` channels its
 // parameters (scale, then zero when params_per_group == 2), fp16 or f32.
@@ -72,6 +78,12 @@ struct kernel_table {
   // (taken as 0 when scale == 0), thresholds ascending. Overwrites elements [first, first + n).
   void (*encode_nearest)(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
                          unsigned threshold_count, unsigned bits, std::uint8_t* packed, std::size_t first);
+  // One per-token record of affine codes (f: head_dim, groups, bits, offset, parameters),
+  // fitting each group by `fit` (scale divided in float, then rounded as stored: fp16 to
+  // nearest even unless params_f32) and encoding it as encode_uniform does under the stored
+  // parameters. Returns false, the record unspecified, when a parameter overflows fp16.
+  bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                std::uint8_t* record);
   // Whole runs of records, the attention hot loop. group_query_sums[g] is the sum of the
   // query over group g's channels (computed once per query by the caller).
   // scores[t] = query . decoded(record t) for t < count

@@ -5,24 +5,26 @@
 namespace kvlab::kernels {
 
 const kernel_table& scalar_kernels() noexcept {
-  static constexpr kernel_table table{.instruction_set = isa::scalar,
-                                      .dot_codes = scalar::dot_codes,
-                                      .axpy_codes = scalar::axpy_codes,
-                                      .dot_raw_codes = scalar::dot_raw_codes,
-                                      .axpy_raw_codes = scalar::axpy_raw_codes,
-                                      .absmax = scalar::absmax,
-                                      .min_max = scalar::min_max,
-                                      .decode_codes = scalar::decode_codes,
-                                      .encode_uniform = scalar::encode_uniform,
-                                      .encode_nearest = scalar::encode_nearest,
-                                      .dot_records = scalar::dot_records,
-                                      .axpy_records = scalar::axpy_records,
-                                      .dot_f32 = scalar::dot_f32,
-                                      .axpy_f32 = scalar::axpy_f32,
-                                      .dot_f16 = scalar::dot_f16,
-                                      .axpy_f16 = scalar::axpy_f16,
-                                      .dot_bf16 = scalar::dot_bf16,
-                                      .axpy_bf16 = scalar::axpy_bf16};
+  static constexpr kernel_table table{
+      .instruction_set = isa::scalar,
+      .dot_codes = scalar::dot_codes,
+      .axpy_codes = scalar::axpy_codes,
+      .dot_raw_codes = scalar::dot_raw_codes,
+      .axpy_raw_codes = scalar::axpy_raw_codes,
+      .absmax = scalar::absmax,
+      .min_max = scalar::min_max,
+      .decode_codes = scalar::decode_codes,
+      .encode_uniform = scalar::encode_uniform,
+      .encode_nearest = scalar::encode_nearest,
+      .encode_uniform_record = scalar::encode_uniform_record<scalar::absmax, scalar::min_max, scalar::encode_uniform>,
+      .dot_records = scalar::dot_records,
+      .axpy_records = scalar::axpy_records,
+      .dot_f32 = scalar::dot_f32,
+      .axpy_f32 = scalar::axpy_f32,
+      .dot_f16 = scalar::dot_f16,
+      .axpy_f16 = scalar::axpy_f16,
+      .dot_bf16 = scalar::dot_bf16,
+      .axpy_bf16 = scalar::axpy_bf16};
   return table;
 }
 

@@ -231,13 +231,32 @@ struct kernels {
     scalar::axpy_raw_codes(alpha, packed, first + done, n - done, bits, acc + done);
   }
 
+  // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
+  // the longest dependency chain of a group's encoding.
+  static float reduce_max(floats v) noexcept {
+    if constexpr (is_avx512) {
+      return _mm512_reduce_max_ps(v);
+    } else {
+      __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+      return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
+  }
+  static float reduce_min(floats v) noexcept {
+    if constexpr (is_avx512) {
+      return _mm512_reduce_min_ps(v);
+    } else {
+      __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+      m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+      return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
+    }
+  }
+
   static float absmax(const float* x, std::size_t n) noexcept {
     floats m(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width) m = xsimd::max(m, xsimd::abs(floats::load_unaligned(x + i)));
-    alignas(64) float lanes[width];
-    m.store_aligned(lanes);
-    return std::max(scalar::absmax(lanes, width), scalar::absmax(x + i, n - i));
+    return std::max(reduce_max(m), scalar::absmax(x + i, n - i));
   }
 
   static void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
@@ -249,18 +268,20 @@ struct kernels {
       a = xsimd::min(a, v);
       b = xsimd::max(b, v);
     }
-    alignas(64) float lanes_lo[width], lanes_hi[width];
-    a.store_aligned(lanes_lo);
-    b.store_aligned(lanes_hi);
-    float tail_lo, tail_hi, ignored;
-    scalar::min_max(lanes_lo, width, lo, &ignored);
-    scalar::min_max(lanes_hi, width, &ignored, hi);
+    *lo = reduce_min(a);
+    *hi = reduce_max(b);
     if (i < n) {
+      float tail_lo, tail_hi;
       scalar::min_max(x + i, n - i, &tail_lo, &tail_hi);
       *lo = std::min(*lo, tail_lo);
       *hi = std::max(*hi, tail_hi);
     }
   }
+
+  // fp16 rounding of fitted parameters (to nearest even, like float_to_half_bits) in one
+  // instruction each way.
+  static std::uint16_t to_half(float x) noexcept { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+  static float from_half(std::uint16_t h) noexcept { return _cvtsh_ss(h); }
 
   static void decode_codes(const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
                            const float* levels, float scale, float zero, float* out) noexcept {
@@ -412,6 +433,19 @@ struct kernels {
         return _cvtsh_ss(half);
       }
     }
+    // The n parameters starting at `at` as floats in `out`: fp16 ones four per instruction,
+    // the last four overlapping the previous ones rather than reading past the record.
+    static void read_params(const std::uint8_t* at, std::size_t n, float* out) noexcept {
+      if (params_f32 || n < 4) {
+        for (std::size_t j = 0; j < n; ++j) out[j] = read_param(at + j * param_bytes);
+        return;
+      }
+      const auto four = [&](std::size_t j) {
+        _mm_storeu_ps(out + j, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at + 2 * j))));
+      };
+      for (std::size_t j = 0; j + 4 <= n; j += 4) four(j);
+      if (n % 4 != 0) four(n - 4);
+    }
     // Scale and zero of the group whose parameters start at `at`.
     static void read_group(const std::uint8_t* at, float& scale, float& zero) noexcept {
       scale = params > 0 ? read_param(at) : 1.0f;
@@ -438,7 +472,12 @@ struct kernels {
     return affine ? with_params.template operator()<true, 4>() : with_params.template operator()<false, 4>();
   }
 
-  template <class L>
+  // The loop is bound by vector-port work per token, so it carries as little else as
+  // possible: blocks per group fixed at compile time for the common shapes (Steps; 0 reads
+  // it at run time), and the affine offset term q . (-offset) folded into the start of
+  // each group's sum (`bias`, per group and lane, once per call) instead of a scalar
+  // multiply-add per group and token.
+  template <class L, std::size_t Steps>
   static void dot_coded_run(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
                             std::size_t count, float* scores) noexcept {
     const small_table table(f.levels, L::affine || L::bits > 4 ? 0 : L::bits); // only 4-bit tables live in registers
@@ -447,26 +486,35 @@ struct kernels {
       split_block_order(query, f.head_dim, split_query);
       query = split_query;
     }
-    const std::size_t groups = f.groups(), group_channels = f.group_channels, step = block_elements(L::bits);
-    const std::size_t code_bytes = f.code_bytes(), group_param_bytes = L::params * L::param_bytes;
-    const float offset = f.offset;
-    reduce_tokens(count, scores, [&](std::size_t t) {
-      const std::uint8_t* record = records + t * f.record_bytes;
-      const std::uint8_t* param = record + code_bytes;
+    const std::size_t groups = f.groups(), step = block_elements(L::bits);
+    const std::size_t steps = Steps > 0 ? Steps : f.group_channels / step;
+    const std::size_t code_bytes = f.code_bytes(), record_bytes = f.record_bytes;
+    const float* levels = f.levels;
+    alignas(64) float bias[max_split_head_dim]; // groups * width <= head_dim
+    for (std::size_t g = 0; g < groups; ++g) {
+      floats lanes(0.0f);
+      for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; i += width)
+        lanes += floats::load_unaligned(query + i);
+      (lanes * floats(L::affine ? -f.offset : 0.0f)).store_aligned(bias + g * width);
+    }
+    reduce_tokens(count, scores, [=, &table, &bias](std::size_t t) {
+      const std::uint8_t* record = records + t * record_bytes;
+      alignas(64) float params[L::params > 0 ? 2 * max_split_head_dim / width : 1]; // groups <= head_dim / width
+      L::read_params(record + code_bytes, groups * L::params, params);
       floats total(0.0f);
       float constant = 0.0f;
-      for (std::size_t g = 0, i = 0; g < groups; ++g, param += group_param_bytes) {
-        float scale, zero;
-        L::read_group(param, scale, zero);
-        floats group_sum(0.0f);
-        for (const std::size_t end = i + group_channels; i < end; i += step) {
+      for (std::size_t g = 0, i = 0; g < groups; ++g) {
+        const float scale = L::params > 0 ? params[g * L::params] : 1.0f;
+        const float zero = L::params > 1 ? params[g * L::params + 1] : 0.0f;
+        floats group_sum = floats::load_aligned(bias + g * width);
+        for (std::size_t k = 0; k < steps; ++k, i += step) {
           floats first, second;
-          block_values<L::affine, L::bits>(record, i, table, f.levels, first, second);
+          block_values<L::affine, L::bits>(record, i, table, levels, first, second);
           group_sum = fmadd(floats::load_unaligned(query + i), first, group_sum);
           if constexpr (L::bits == 4) group_sum = fmadd(floats::load_unaligned(query + i + width), second, group_sum);
         }
-        total = fmadd(group_sum, floats(scale), total);
-        constant += (L::affine ? zero - scale * offset : zero) * sums[g];
+        total = L::params > 0 ? fmadd(group_sum, floats(scale), total) : total + group_sum;
+        if constexpr (L::params > 1) constant += zero * sums[g];
       }
       return partial_dot{total, constant};
     });
@@ -534,7 +582,14 @@ struct kernels {
     case element_kind::table_codes: break;
     }
     if (!vector_records(f)) return scalar::dot_records(f, query, sums, records, count, scores);
-    with_coded_layout(f, [&]<class L>() { dot_coded_run<L>(f, query, sums, records, count, scores); });
+    with_coded_layout(f, [&]<class L>() {
+      switch (f.group_channels / block_elements(L::bits)) {
+      case 1: return dot_coded_run<L, 1>(f, query, sums, records, count, scores);
+      case 2: return dot_coded_run<L, 2>(f, query, sums, records, count, scores);
+      case 4: return dot_coded_run<L, 4>(f, query, sums, records, count, scores);
+      default: return dot_coded_run<L, 0>(f, query, sums, records, count, scores);
+      }
+    });
   }
 
   static void axpy_records(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
@@ -571,6 +626,8 @@ struct kernels {
             .decode_codes = &decode_codes,
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
+            .encode_uniform_record =
+                &scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>,
             .dot_records = &dot_records,
             .axpy_records = &axpy_records,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
