@@ -101,6 +101,15 @@ BOOST_AUTO_TEST_CASE(simd_statistics_kernels_match_scalar_reference_exactly) {
       BOOST_TEST(lo_simd == lo_scalar);
       BOOST_TEST(hi_simd == hi_scalar);
     }
+    // Signed zeros: min and max of a mix of -0 and +0 are +0 on every ISA, so a zero point
+    // stored from them has the same bits everywhere.
+    std::vector<float> zeros(40, 0.0f);
+    for (std::size_t i = 0; i < zeros.size(); i += 3) zeros[i] = -0.0f;
+    for (const std::size_t n : {2u, 17u, 40u}) {
+      float lo, hi;
+      simd.min_max(zeros.data(), n, &lo, &hi);
+      BOOST_TEST((!std::signbit(lo) && !std::signbit(hi)), "n = " << n);
+    }
   }
 }
 

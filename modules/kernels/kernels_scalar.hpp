@@ -138,11 +138,13 @@ inline float absmax(const float* x, std::size_t n) noexcept {
   return m;
 }
 
+// Zeros come out as +0 (x + 0.0f): which of -0 and +0 a min or max returns depends on the
+// order of comparison, and that differs between the scalar and vector kernels.
 inline void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
   float a = n ? x[0] : 0.0f, b = a;
   for (std::size_t i = 1; i < n; ++i) a = std::min(a, x[i]), b = std::max(b, x[i]);
-  *lo = a;
-  *hi = b;
+  *lo = a + 0.0f;
+  *hi = b + 0.0f;
 }
 
 inline float dot_codes(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,

@@ -276,6 +276,8 @@ struct kernels {
       *lo = std::min(*lo, tail_lo);
       *hi = std::max(*hi, tail_hi);
     }
+    *lo += 0.0f; // +0 for any zero, as the scalar reference
+    *hi += 0.0f;
   }
 
   // fp16 rounding of fitted parameters (to nearest even, like float_to_half_bits) in one
