@@ -16,7 +16,7 @@ inline std::vector<recipe> eviction_budget_recipes() {
   std::vector<recipe> recipes{{.keys = fp16, .values = fp16}};
   for (const std::string b : {"0.1", "0.25", "0.5"}) {
     const std::string half = b == "0.1" ? "0.05" : b == "0.25" ? "0.125" : "0.25";
-    for (const std::string policy :
+    for (const std::string& policy :
          {"window(" + b + ")", "streaming(4," + b + ")", "h2o(" + half + "," + half + ")", "tova(" + b + ")",
           "snapkv(" + b + ",32,5)", "knorm(" + b + ")", "random(" + b + ",1)"})
       recipes.push_back({.keys = fp16, .values = fp16, .eviction = policy});

@@ -113,6 +113,28 @@ BOOST_AUTO_TEST_CASE(simd_statistics_kernels_match_scalar_reference_exactly) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(simd_softmax_matches_the_scalar_reference) {
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  random_bytes random;
+  for (const auto isa : simd_isas()) {
+    const auto& simd = kvlab::kernels_for(isa);
+    for (const std::size_t n : {1u, 5u, 16u, 17u, 33u, 1000u}) {
+      auto x = random.floats(n + 1);
+      for (auto& v : x) v *= 8.0f; // a spread of logits, some far below the max
+      std::vector<float> by_simd(x.begin() + 1, x.end()), by_scalar = by_simd; // misaligned source copied
+      const float lse_simd = simd.softmax(by_simd.data(), n), lse_scalar = scalar.softmax(by_scalar.data(), n);
+      BOOST_TEST(lse_simd == lse_scalar, boost::test_tools::tolerance(1e-6f));
+      double total = 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        BOOST_TEST_REQUIRE(std::fabs(by_simd[i] - by_scalar[i]) <= 1e-6f * by_scalar[i] + 1e-30f,
+                           "n = " << n << ", i = " << i);
+        total += by_simd[i];
+      }
+      BOOST_TEST(total == 1.0, boost::test_tools::tolerance(1e-5));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;

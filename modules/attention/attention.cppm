@@ -65,7 +65,7 @@ struct attention_trace {
 // queries and out are q_heads x head_dim; query head h reads KV head h / (q_heads / kv_heads).
 // Per KV head, the query heads of its group share one pass over the keys' tiers (sinks,
 // body, window) through the fused kernels; each head takes one softmax over all its scores
-// (max-subtracted, normalized in double); then one shared pass over the values' tiers
+// (max-subtracted, the vector softmax kernel); then one shared pass over the values' tiers
 // accumulates every head's output. Nothing is dequantized into a buffer.
 inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
                              std::span<float> out, const kernel_table& kernels, attention_trace* trace = nullptr,
@@ -100,14 +100,11 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
     keys.dot_all(kernels, scaled_queries, group, scores);
     for (std::size_t g = 0; g < group; ++g) {
       const auto head_scores = std::span(scores).subspan(g * tokens, tokens);
-      const float max_score = *std::ranges::max_element(head_scores);
-      double total = 0.0;
-      for (auto& s : head_scores) total += (s = std::exp(s - max_score));
-      for (auto& s : head_scores) s = static_cast<float>(s / total);
+      const float log_sum_exp = kernels.softmax(head_scores.data(), tokens);
       const std::size_t h = kv_head * group + g;
       if (trace) {
         std::ranges::copy(head_scores, trace->probabilities.begin() + static_cast<std::ptrdiff_t>(trace->offsets[h]));
-        trace->log_sum_exp[h] = max_score + std::log(total);
+        trace->log_sum_exp[h] = log_sum_exp;
       }
     }
     const auto head_out = out.subspan(kv_head * group * head_dim, group * head_dim);

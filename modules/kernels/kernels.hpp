@@ -101,6 +101,9 @@ struct kernel_table {
   void (*axpy_f16)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
   float (*dot_bf16)(const float* query, const std::uint8_t* row, std::size_t n);
   void (*axpy_bf16)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
+  // Softmax in place over scores[0, n), n >= 1: scores[i] = exp(scores[i] - max) / sum.
+  // Returns the log-sum-exp, max + log(sum).
+  float (*softmax)(float* scores, std::size_t n);
 };
 
 const kernel_table& scalar_kernels() noexcept;

@@ -24,7 +24,8 @@ const kernel_table& scalar_kernels() noexcept {
       .dot_f16 = scalar::dot_f16,
       .axpy_f16 = scalar::axpy_f16,
       .dot_bf16 = scalar::dot_bf16,
-      .axpy_bf16 = scalar::axpy_bf16};
+      .axpy_bf16 = scalar::axpy_bf16,
+      .softmax = scalar::softmax};
   return table;
 }
 

@@ -147,6 +147,15 @@ inline void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcep
   *hi = b + 0.0f;
 }
 
+inline float softmax(float* scores, std::size_t n) noexcept {
+  const float max = *std::max_element(scores, scores + n);
+  double sum = 0.0; // in double: contexts of 100k tokens would lose digits in a float sum
+  for (std::size_t i = 0; i < n; ++i) sum += (scores[i] = std::exp(scores[i] - max));
+  const float inverse = static_cast<float>(1.0 / sum);
+  for (std::size_t i = 0; i < n; ++i) scores[i] *= inverse;
+  return max + static_cast<float>(std::log(sum));
+}
+
 inline float dot_codes(const float* query, const std::uint8_t* packed, std::size_t first, std::size_t n, unsigned bits,
                        const float* levels) noexcept {
   float sum = 0.0f;

@@ -617,6 +617,46 @@ struct kernels {
     });
   }
 
+  // The exponentials are xsimd's vector exp (within 1-2 ulp of std::exp), summed in double
+  // like the scalar reference; the elements the vectors do not cover are padded with -inf
+  // (exp = 0) so every element takes the same path.
+  static float softmax(float* scores, std::size_t n) noexcept {
+    const std::size_t full = n / width * width;
+    alignas(64) float tail[width];
+    std::fill_n(tail, width, -INFINITY);
+    std::copy(scores + full, scores + n, tail);
+    floats top = floats::load_aligned(tail);
+    for (std::size_t i = 0; i < full; i += width) top = xsimd::max(top, floats::load_unaligned(scores + i));
+    const float max = reduce_max(top);
+    const floats shift(max);
+    using doubles = xsimd::batch<double, Arch>;
+    doubles sums(0.0);
+    const auto exp_into = [&](float* at, floats x) {
+      const floats e = xsimd::exp(x - shift);
+      e.store_unaligned(at);
+      if constexpr (is_avx512)
+        sums += doubles(_mm512_cvtps_pd(_mm512_castps512_ps256(e))) +
+                doubles(_mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+      else
+        sums +=
+            doubles(_mm256_cvtps_pd(_mm256_castps256_ps128(e))) + doubles(_mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    };
+    for (std::size_t i = 0; i < full; i += width) exp_into(scores + i, floats::load_unaligned(scores + i));
+    if (full < n) {
+      exp_into(tail, floats::load_aligned(tail));
+      std::copy(tail, tail + (n - full), scores + full);
+    }
+    alignas(64) double lanes[doubles::size];
+    sums.store_aligned(lanes);
+    double sum = 0.0;
+    for (const double lane : lanes) sum += lane;
+    const float inverse = static_cast<float>(1.0 / sum);
+    for (std::size_t i = 0; i < full; i += width)
+      (floats::load_unaligned(scores + i) * floats(inverse)).store_unaligned(scores + i);
+    for (std::size_t i = full; i < n; ++i) scores[i] *= inverse;
+    return max + static_cast<float>(std::log(sum));
+  }
+
   static constexpr kernel_table table(isa instruction_set) noexcept {
     return {.instruction_set = instruction_set,
             .dot_codes = &dot_codes,
@@ -637,7 +677,8 @@ struct kernels {
             .dot_f16 = &dot_row<&load_f16, 2, &scalar::load_f16>,
             .axpy_f16 = &axpy_row<&load_f16, 2, &scalar::load_f16>,
             .dot_bf16 = &dot_row<&load_bf16, 2, &scalar::load_bf16>,
-            .axpy_bf16 = &axpy_row<&load_bf16, 2, &scalar::load_bf16>};
+            .axpy_bf16 = &axpy_row<&load_bf16, 2, &scalar::load_bf16>,
+            .softmax = &softmax};
   }
 };
 
