@@ -232,16 +232,19 @@ BOOST_AUTO_TEST_CASE(per_channel_key_blocks_lose_single_tokens_and_free_their_pa
 
 BOOST_AUTO_TEST_CASE(eviction_composes_with_kivi_quantization_below_either_alone) {
   const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=8,T=1024,D=128,seed=1)");
-  const std::string kivi = "k=uint2@channel(32),v=uint2@group(32),residual=128";
-  const auto both =
-      kvlab::evaluate(kvlab::parse_recipe(kivi + ",evict=h2o(0.1,0.1)", components()), data, components());
-  const auto quantized = kvlab::evaluate(kvlab::parse_recipe(kivi, components()), data, components());
-  const auto evicted = kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f16@token,evict=h2o(0.1,0.1)", components()),
-                                       data, components());
-  BOOST_TEST(both.tokens_kept == std::ceil(0.1 * 1024) * 2);
-  BOOST_TEST(both.bytes_per_token < quantized.bytes_per_token);
-  BOOST_TEST(both.bytes_per_token < evicted.bytes_per_token);
-  BOOST_TEST(both.attn_rel_l2.mean > 0.0);
+  for (const std::string store : {"", ",store=paged(16)"}) {
+    const std::string kivi = "k=uint2@channel(32),v=uint2@group(32),residual=128";
+    const auto evaluate = [&](const std::string& r) {
+      return kvlab::evaluate(kvlab::parse_recipe(r + store, components()), data, components());
+    };
+    const auto both = evaluate(kivi + ",evict=h2o(0.1,0.1)");
+    const auto quantized = evaluate(kivi);
+    const auto evicted = evaluate("k=f16@token,v=f16@token,evict=h2o(0.1,0.1)");
+    BOOST_TEST(both.tokens_kept == std::ceil(0.1 * 1024) * 2, store);
+    BOOST_TEST(both.bytes_per_token < quantized.bytes_per_token, store);
+    BOOST_TEST(both.bytes_per_token < evicted.bytes_per_token, store);
+    BOOST_TEST(both.attn_rel_l2.mean > 0.0);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(demoted_tokens_stay_readable_in_a_lower_precision_tier) {
