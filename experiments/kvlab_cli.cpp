@@ -104,26 +104,28 @@ std::string render(const kvlab::text_table& table, const std::string& format) {
 
 // Rows of the cells stored in a results folder; the best value of each metric in bold.
 kvlab::text_table stored_results_table(const std::vector<kvlab::json_value>& results) {
-  kvlab::text_table table{
-      {"recipe", "data", "attn_rel_l2", "attn_rel_l2_p99", "attn_cosine", "bytes_per_token"}, {}, {}};
-  const char* metrics[] = {"attn_rel_l2", "attn_rel_l2_p99", "attn_cosine", "bytes_per_token"};
-  const bool lower_is_better[] = {true, true, false, true};
-  std::vector<std::vector<double>> values(4);
+  const char* metrics[] = {"attn_rel_l2", "attn_rel_l2_p99", "attn_cosine",
+                           "score_kl",    "topk_recall",     "bytes_per_token"};
+  const bool lower_is_better[] = {true, true, false, true, false, true};
+  constexpr std::size_t count = std::size(metrics), bytes_column = count - 1;
+  kvlab::text_table table{{"recipe", "data"}, {}, {}};
+  table.header.insert(table.header.end(), std::begin(metrics), std::end(metrics));
+  std::vector<std::vector<double>> values(count);
   for (const auto& r : results) {
     const auto text = [&](const char* key) {
       const auto* v = r.find(key);
       return v && v->is_string() ? v->string() : std::string("?");
     };
     std::vector<std::string> row{text("recipe"), text("data")};
-    for (std::size_t m = 0; m < 4; ++m) {
+    for (std::size_t m = 0; m < count; ++m) {
       const auto* v = r.find(metrics[m]);
       const double x = v && v->is_number() ? v->number() : NAN;
       values[m].push_back(x);
-      row.push_back(kvlab::format_significant(x, m == 3 ? 6 : 4));
+      row.push_back(kvlab::format_significant(x, m == bytes_column ? 6 : 4));
     }
     table.rows.push_back(row);
   }
-  for (std::size_t m = 0; m < 4 && !results.empty(); ++m) {
+  for (std::size_t m = 0; m < count && !results.empty(); ++m) {
     const auto& column = values[m];
     const auto best = lower_is_better[m] ? std::ranges::min_element(column) : std::ranges::max_element(column);
     for (std::size_t r = 0; r < column.size(); ++r)
