@@ -232,31 +232,45 @@ struct kernels {
   }
 
   // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
-  // the longest dependency chain of a group's encoding.
-  static float reduce_max(floats v) noexcept {
+  // the longest dependency chain of a group's encoding. Lane j of the result is op over
+  // every lane of v[j / 4]: one block of four lanes per vector, `blocks` vectors at once.
+  static constexpr std::size_t blocks = width / 4;
+  template <class Op>
+  static floats reduce_blocks(const floats* v, Op op) noexcept {
+    floats r;
     if constexpr (is_avx512) {
-      return _mm512_reduce_max_ps(v);
+      const auto halve = [&](floats a, floats b) {
+        return op(floats(_mm512_shuffle_f32x4(a, b, 0x44)), floats(_mm512_shuffle_f32x4(a, b, 0xee)));
+      };
+      const floats v01 = halve(v[0], v[1]), v23 = halve(v[2], v[3]);
+      r = op(floats(_mm512_shuffle_f32x4(v01, v23, 0x88)), floats(_mm512_shuffle_f32x4(v01, v23, 0xdd)));
+      r = op(r, floats(_mm512_permute_ps(r, 0x4e)));
+      return op(r, floats(_mm512_permute_ps(r, 0xb1)));
     } else {
-      __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-      return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+      r = op(floats(_mm256_permute2f128_ps(v[0], v[1], 0x20)), floats(_mm256_permute2f128_ps(v[0], v[1], 0x31)));
+      r = op(r, floats(_mm256_permute_ps(r, 0x4e)));
+      return op(r, floats(_mm256_permute_ps(r, 0xb1)));
     }
   }
-  static float reduce_min(floats v) noexcept {
-    if constexpr (is_avx512) {
-      return _mm512_reduce_min_ps(v);
-    } else {
-      __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-      m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-      return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
-    }
+  static constexpr auto max_op = [](floats a, floats b) { return xsimd::max(a, b); };
+  static constexpr auto min_op = [](floats a, floats b) { return xsimd::min(a, b); };
+  static float reduce(floats v, auto op) noexcept {
+    floats copies[blocks];
+    std::fill_n(copies, blocks, v);
+    return first_lane(reduce_blocks(copies, op));
+  }
+  static float first_lane(floats v) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_cvtss_f32(v);
+    else
+      return _mm256_cvtss_f32(v);
   }
 
   static float absmax(const float* x, std::size_t n) noexcept {
     floats m(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width) m = xsimd::max(m, xsimd::abs(floats::load_unaligned(x + i)));
-    return std::max(reduce_max(m), scalar::absmax(x + i, n - i));
+    return std::max(reduce(m, max_op), scalar::absmax(x + i, n - i));
   }
 
   static void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
@@ -268,8 +282,8 @@ struct kernels {
       a = xsimd::min(a, v);
       b = xsimd::max(b, v);
     }
-    *lo = reduce_min(a);
-    *hi = reduce_max(b);
+    *lo = reduce(a, min_op);
+    *hi = reduce(b, max_op);
     if (i < n) {
       float tail_lo, tail_hi;
       scalar::min_max(x + i, n - i, &tail_lo, &tail_hi);
@@ -355,6 +369,150 @@ struct kernels {
       }
     }
     scalar::encode_nearest(x + i, n - i, scale, zero, thresholds, count, bits, packed, first + i);
+  }
+
+  // --- Fused per-token record encoder -------------------------------------------------
+
+  // Records of 8- or 4-bit codes whose groups are whole vectors: the parameters of
+  // `blocks` groups at once (a block of four lanes each: one division, one fp16 round
+  // trip), and codes by multiplying with the reciprocal of the scale instead of dividing
+  // by it. Other records take the generic fused encoder.
+  static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                    std::uint8_t* record) noexcept {
+    if ((f.bits != 8 && f.bits != 4) || f.group_channels % width != 0)
+      return scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>(f, fit, max_code,
+                                                                                                     x, record);
+    const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
+      for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += blocks)
+        if (!encode_group_batch<Fit, Bits>(f, max_code, x, record, group)) return false;
+      return true;
+    };
+    if (fit == uniform_fit::absmax)
+      return f.bits == 8 ? run.template operator()<uniform_fit::absmax, 8>()
+                         : run.template operator()<uniform_fit::absmax, 4>();
+    return f.bits == 8 ? run.template operator()<uniform_fit::min_max, 8>()
+                       : run.template operator()<uniform_fit::min_max, 4>();
+  }
+
+  // The (up to `blocks`) groups of a record from group `group` on.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_group_batch(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                 std::size_t group) noexcept {
+    const std::size_t n = f.group_channels, first = group * n, count = std::min(blocks, (f.head_dim - first) / n);
+    floats highs[blocks], lows[blocks]; // lane-wise statistics of each group (0 past the last)
+    for (std::size_t k = 0; k < blocks; ++k) {
+      floats a(0.0f), b(0.0f);
+      if (k < count) {
+        const float* values = x + first + k * n;
+        a = floats::load_unaligned(values);
+        b = Fit == uniform_fit::absmax ? xsimd::abs(a) : a;
+        for (std::size_t i = width; i < n; i += width) {
+          const floats v = floats::load_unaligned(values + i);
+          if constexpr (Fit == uniform_fit::absmax) {
+            b = xsimd::max(b, xsimd::abs(v));
+          } else {
+            a = xsimd::min(a, v);
+            b = xsimd::max(b, v);
+          }
+        }
+      }
+      highs[k] = b;
+      lows[k] = a;
+    }
+    // The scalar reference's arithmetic, block by block (+0 for zeros, as it has them).
+    const floats hi = reduce_blocks(highs, max_op) + 0.0f;
+    floats scale, zero(0.0f);
+    if constexpr (Fit == uniform_fit::absmax) {
+      scale = hi / floats(f.offset);
+    } else {
+      zero = reduce_blocks(lows, min_op) + 0.0f;
+      scale = (hi - zero) / floats(static_cast<float>(max_code));
+    }
+    alignas(64) float scales[width], zeros[width];
+    alignas(64) std::uint16_t scale_halves[width], zero_halves[width];
+    if (!f.params_f32) {
+      const floats rounded_scale = round_to_half(scale, scale_halves), rounded_zero = round_to_half(zero, zero_halves);
+      // An fp16 infinity or NaN: the parameter overflowed.
+      if (!xsimd::all(xsimd::abs(rounded_scale) <= floats(65504.0f) & xsimd::abs(rounded_zero) <= floats(65504.0f)))
+        return false;
+      scale = rounded_scale;
+      zero = rounded_zero;
+    }
+    scale.store_aligned(scales);
+    zero.store_aligned(zeros);
+    std::uint8_t* params = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
+    if (f.params_f32)
+      write_params(params, count, f.params_per_group, scales, zeros);
+    else
+      write_params(params, count, f.params_per_group, scale_halves, zero_halves);
+    // Codes through the reciprocal where it is a normal float (always for fp16 scales);
+    // scale 0 gets reciprocal 0, so every code is the offset as the reference has it.
+    const auto normal = scale >= floats(0x1p-125f) & scale <= floats(0x1p125f);
+    if (xsimd::all(normal | (scale == floats(0.0f)))) {
+      alignas(64) float reciprocals[width];
+      xsimd::select(normal, floats(1.0f) / scale, floats(0.0f)).store_aligned(reciprocals);
+      if (encode_by_reciprocal<Fit, Bits>(f, max_code, x, record, first, count, zeros, reciprocals)) return true;
+    }
+    for (std::size_t k = 0; k < count; ++k)
+      encode_uniform(x + first + k * n, n, scales[4 * k], zeros[4 * k], static_cast<int>(f.offset), max_code, Bits,
+                     record, first + k * n);
+    return true;
+  }
+
+  // Parameters of `count` groups from arrays holding group k at index 4k.
+  template <class T>
+  static void write_params(std::uint8_t* at, std::size_t count, unsigned per_group, const T* scales,
+                           const T* zeros) noexcept {
+    for (std::size_t k = 0; k < count; ++k, at += per_group * sizeof(T)) {
+      if (per_group > 0) std::memcpy(at, &scales[4 * k], sizeof(T));
+      if (per_group > 1) std::memcpy(at + sizeof(T), &zeros[4 * k], sizeof(T));
+    }
+  }
+
+  // fp16 to nearest even, as storage holds it: the bits in `halves`, the value returned.
+  static floats round_to_half(floats v, std::uint16_t* halves) noexcept {
+    if constexpr (is_avx512) {
+      const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(halves), h);
+      return _mm512_cvtph_ps(h);
+    } else {
+      const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_store_si128(reinterpret_cast<__m128i*>(halves), h);
+      return _mm256_cvtph_ps(h);
+    }
+  }
+
+  // Codes as rint(fma(x - zero, 1/scale, offset)), clamped. Exact unless false: with
+  // r = 1/scale rounded, q differs from the reference's rounded quotient plus offset by at
+  // most 2^-24 * 2|t| + ulp(q)/2 < 2^-13 for |t| <= 384 (larger |t| clamp to the same
+  // code either way), so q's rounding is the reference's whenever q lies farther than
+  // 2^-12 from a half-integer. Otherwise (rare; ties) false, and the caller divides.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_by_reciprocal(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                   std::size_t first, std::size_t count, const float* zeros,
+                                   const float* reciprocals) noexcept {
+    const std::size_t n = f.group_channels;
+    const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f);
+    floats worst(0.0f); // the largest |q - rint(q)|
+    for (std::size_t k = 0; k < count; ++k) {
+      const floats zero(zeros[4 * k]), reciprocal(reciprocals[4 * k]);
+      for (std::size_t i = first + k * n, end = i + n; i < end; i += width) {
+        floats d = floats::load_unaligned(x + i);
+        if constexpr (Fit == uniform_fit::min_max) d = d - zero;
+        const floats q = fmadd(d, reciprocal, offset);
+        if constexpr (is_avx512)
+          worst =
+              xsimd::max(worst, xsimd::abs(floats(_mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
+        else
+          worst = xsimd::max(worst, xsimd::abs(q - xsimd::nearbyint(q)));
+        const floats clamped = xsimd::min(xsimd::max(q, bottom), top);
+        if constexpr (is_avx512)
+          store_codes(_mm512_cvtps_epi32(clamped), Bits, record, i);
+        else
+          store_codes(_mm256_cvtps_epi32(clamped), Bits, record, i);
+      }
+    }
+    return xsimd::all(worst <= floats(0.5f - 0x1p-12f));
   }
 
   // --- Runs of records: the attention hot loop --------------------------------------
@@ -628,8 +786,7 @@ struct kernels {
             .decode_codes = &decode_codes,
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
-            .encode_uniform_record =
-                &scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>,
+            .encode_uniform_record = &encode_uniform_record,
             .dot_records = &dot_records,
             .axpy_records = &axpy_records,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
