@@ -231,6 +231,14 @@ struct kernels {
     scalar::axpy_raw_codes(alpha, packed, first + done, n - done, bits, acc + done);
   }
 
+  // max(|a|, |b|) lane by lane (one instruction on AVX-512).
+  static floats abs_max(floats a, floats b) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_range_ps(a, b, 0x0b); // the larger magnitude, sign cleared
+    else
+      return xsimd::max(xsimd::abs(a), xsimd::abs(b));
+  }
+
   // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
   // the longest dependency chain of a group's encoding. Lane j of the result is op over
   // every lane of v[j / 4]: one block of four lanes per vector, `blocks` vectors at once.
@@ -409,7 +417,7 @@ struct kernels {
         for (std::size_t i = width; i < n; i += width) {
           const floats v = floats::load_unaligned(values + i);
           if constexpr (Fit == uniform_fit::absmax) {
-            b = xsimd::max(b, xsimd::abs(v));
+            b = abs_max(b, v);
           } else {
             a = xsimd::min(a, v);
             b = xsimd::max(b, v);
@@ -482,11 +490,13 @@ struct kernels {
     }
   }
 
-  // Codes as rint(fma(x - zero, 1/scale, offset)), clamped. Exact unless false: with
-  // r = 1/scale rounded, q differs from the reference's rounded quotient plus offset by at
-  // most 2^-24 * 2|t| + ulp(q)/2 < 2^-13 for |t| <= 384 (larger |t| clamp to the same
-  // code either way), so q's rounding is the reference's whenever q lies farther than
-  // 2^-12 from a half-integer. Otherwise (rare; ties) false, and the caller divides.
+  // Codes as rint(fma(x - zero, 1/scale, offset)), clamped; false if some may differ from
+  // the reference's (rare: near ties), which the caller then encodes by dividing. With
+  // r = 1/scale rounded, q differs from the reference's rounded quotient t plus offset by
+  // at most 2^-24 * 2|t| + ulp(q)/2. Codes in [0, max_code] (b <= 8) have |t| <= 256 and
+  // |q| <= 256, so that is below 2^-23 * 256 + 2^-16 < 2^-14, and q rounds as the reference
+  // does when it lies at least 2^-14 from a half-integer; codes past either end clamp to
+  // the same end either way.
   template <uniform_fit Fit, unsigned Bits>
   static bool encode_by_reciprocal(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
                                    std::size_t first, std::size_t count, const float* zeros,
@@ -501,10 +511,9 @@ struct kernels {
         if constexpr (Fit == uniform_fit::min_max) d = d - zero;
         const floats q = fmadd(d, reciprocal, offset);
         if constexpr (is_avx512)
-          worst =
-              xsimd::max(worst, xsimd::abs(floats(_mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))));
+          worst = abs_max(worst, _mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         else
-          worst = xsimd::max(worst, xsimd::abs(q - xsimd::nearbyint(q)));
+          worst = abs_max(worst, q - xsimd::nearbyint(q));
         const floats clamped = xsimd::min(xsimd::max(q, bottom), top);
         if constexpr (is_avx512)
           store_codes(_mm512_cvtps_epi32(clamped), Bits, record, i);
@@ -512,7 +521,7 @@ struct kernels {
           store_codes(_mm256_cvtps_epi32(clamped), Bits, record, i);
       }
     }
-    return xsimd::all(worst <= floats(0.5f - 0x1p-12f));
+    return xsimd::all(worst <= floats(0.5f - 0x1p-14f));
   }
 
   // --- Runs of records: the attention hot loop --------------------------------------
