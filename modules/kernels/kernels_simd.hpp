@@ -437,14 +437,11 @@ struct kernels {
       scale = (hi - zero) / floats(static_cast<float>(max_code));
     }
     alignas(64) float scales[width], zeros[width];
-    alignas(64) std::uint16_t scale_halves[width], zero_halves[width];
+    alignas(64) std::uint16_t scale_halves[width], zero_halves[width] = {}; // absmax: zero stays +0
     if (!f.params_f32) {
-      const floats rounded_scale = round_to_half(scale, scale_halves), rounded_zero = round_to_half(zero, zero_halves);
-      // An fp16 infinity or NaN: the parameter overflowed.
-      if (!xsimd::all(xsimd::abs(rounded_scale) <= floats(65504.0f) & xsimd::abs(rounded_zero) <= floats(65504.0f)))
-        return false;
-      scale = rounded_scale;
-      zero = rounded_zero;
+      bool finite = round_to_half(scale, scale_halves);
+      if constexpr (Fit == uniform_fit::min_max) finite &= round_to_half(zero, zero_halves);
+      if (!finite) return false;
     }
     scale.store_aligned(scales);
     zero.store_aligned(zeros);
@@ -477,16 +474,21 @@ struct kernels {
     }
   }
 
-  // fp16 to nearest even, as storage holds it: the bits in `halves`, the value returned.
-  static floats round_to_half(floats v, std::uint16_t* halves) noexcept {
+  // fp16 to nearest even, as storage holds it: the bits to `halves`, the value back to v.
+  // False if a lane overflowed (an fp16 infinity or NaN).
+  static bool round_to_half(floats& v, std::uint16_t* halves) noexcept {
     if constexpr (is_avx512) {
       const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm256_store_si256(reinterpret_cast<__m256i*>(halves), h);
-      return _mm512_cvtph_ps(h);
+      v = _mm512_cvtph_ps(h);
+      const __m256i exponent = _mm256_set1_epi16(0x7c00);
+      return _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, exponent), exponent) == 0;
     } else {
       const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm_store_si128(reinterpret_cast<__m128i*>(halves), h);
-      return _mm256_cvtph_ps(h);
+      v = _mm256_cvtph_ps(h);
+      const __m128i exponent = _mm_set1_epi16(0x7c00);
+      return _mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent)) == 0;
     }
   }
 
