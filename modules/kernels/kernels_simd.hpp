@@ -240,38 +240,39 @@ struct kernels {
   }
 
   // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
-  // the longest dependency chain of a group's encoding. Lane j of the result is op over
-  // every lane of v[j / 4]: one block of four lanes per vector, `blocks` vectors at once.
-  static constexpr std::size_t blocks = width / 4;
+  // the longest dependency chain of a group's encoding. Lane k of the result is op over
+  // every lane of v[k], for four vectors at once.
   template <class Op>
-  static floats reduce_blocks(const floats* v, Op op) noexcept {
-    floats r;
+  static __m128 reduce_four(const floats* v, Op op) noexcept {
     if constexpr (is_avx512) {
+      // Halve each vector twice, leaving block k (lanes 4k..4k+3) with v[k]'s four partials;
+      // then combine within blocks and gather one lane of each.
       const auto halve = [&](floats a, floats b) {
         return op(floats(_mm512_shuffle_f32x4(a, b, 0x44)), floats(_mm512_shuffle_f32x4(a, b, 0xee)));
       };
       const floats v01 = halve(v[0], v[1]), v23 = halve(v[2], v[3]);
-      r = op(floats(_mm512_shuffle_f32x4(v01, v23, 0x88)), floats(_mm512_shuffle_f32x4(v01, v23, 0xdd)));
+      floats r = op(floats(_mm512_shuffle_f32x4(v01, v23, 0x88)), floats(_mm512_shuffle_f32x4(v01, v23, 0xdd)));
       r = op(r, floats(_mm512_permute_ps(r, 0x4e)));
-      return op(r, floats(_mm512_permute_ps(r, 0xb1)));
+      r = op(r, floats(_mm512_permute_ps(r, 0xb1)));
+      return _mm512_castps512_ps128(
+          _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r));
     } else {
-      r = op(floats(_mm256_permute2f128_ps(v[0], v[1], 0x20)), floats(_mm256_permute2f128_ps(v[0], v[1], 0x31)));
-      r = op(r, floats(_mm256_permute_ps(r, 0x4e)));
-      return op(r, floats(_mm256_permute_ps(r, 0xb1)));
+      // Halves [v0 | v1] and [v2 | v3] of four partials each, then lanes paired across them.
+      const auto halve = [&](floats a, floats b) {
+        return op(floats(_mm256_permute2f128_ps(a, b, 0x20)), floats(_mm256_permute2f128_ps(a, b, 0x31)));
+      };
+      const floats v01 = halve(v[0], v[1]), v23 = halve(v[2], v[3]);
+      // [v0 v2 v0 v2 | v1 v3 v1 v3], each lane over two of the four partials.
+      const floats c = op(floats(_mm256_unpacklo_ps(v01, v23)), floats(_mm256_unpackhi_ps(v01, v23)));
+      const floats d = op(c, floats(_mm256_permute_ps(c, 0x4e)));
+      return _mm256_castps256_ps128(_mm256_unpacklo_ps(d, _mm256_permute2f128_ps(d, d, 0x01)));
     }
   }
   static constexpr auto max_op = [](floats a, floats b) { return xsimd::max(a, b); };
   static constexpr auto min_op = [](floats a, floats b) { return xsimd::min(a, b); };
   static float reduce(floats v, auto op) noexcept {
-    floats copies[blocks];
-    std::fill_n(copies, blocks, v);
-    return first_lane(reduce_blocks(copies, op));
-  }
-  static float first_lane(floats v) noexcept {
-    if constexpr (is_avx512)
-      return _mm512_cvtss_f32(v);
-    else
-      return _mm256_cvtss_f32(v);
+    const floats copies[4] = {v, v, v, v};
+    return _mm_cvtss_f32(reduce_four(copies, op));
   }
 
   static float absmax(const float* x, std::size_t n) noexcept {
@@ -381,18 +382,18 @@ struct kernels {
 
   // --- Fused per-token record encoder -------------------------------------------------
 
-  // Records of 8- or 4-bit codes whose groups are whole vectors: the parameters of
-  // `blocks` groups at once (a block of four lanes each: one division, one fp16 round
-  // trip), and codes by multiplying with the reciprocal of the scale instead of dividing
-  // by it. Other records take the generic fused encoder.
+  // Records of 8- or 4-bit codes whose groups are whole vectors: the parameters of four
+  // groups at once (one lane each: one division, one fp16 round trip), and codes by
+  // multiplying with the reciprocal of the scale instead of dividing by it. Other records
+  // take the generic fused encoder.
   static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                     std::uint8_t* record) noexcept {
     if ((f.bits != 8 && f.bits != 4) || f.group_channels % width != 0)
       return scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>(f, fit, max_code,
                                                                                                      x, record);
     const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
-      for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += blocks)
-        if (!encode_group_batch<Fit, Bits>(f, max_code, x, record, group)) return false;
+      for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
+        if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
       return true;
     };
     if (fit == uniform_fit::absmax)
@@ -402,13 +403,14 @@ struct kernels {
                        : run.template operator()<uniform_fit::min_max, 4>();
   }
 
-  // The (up to `blocks`) groups of a record from group `group` on.
+  // The (up to) four groups of a record from group `group` on.
   template <uniform_fit Fit, unsigned Bits>
-  static bool encode_group_batch(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+  static bool encode_four_groups(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
                                  std::size_t group) noexcept {
-    const std::size_t n = f.group_channels, first = group * n, count = std::min(blocks, (f.head_dim - first) / n);
-    floats highs[blocks], lows[blocks]; // lane-wise statistics of each group (0 past the last)
-    for (std::size_t k = 0; k < blocks; ++k) {
+    const std::size_t n = f.group_channels, first = group * n,
+                      count = std::min<std::size_t>(4, (f.head_dim - first) / n);
+    floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
+    for (std::size_t k = 0; k < 4; ++k) {
       floats a(0.0f), b(0.0f);
       if (k < count) {
         const float* values = x + first + k * n;
@@ -427,69 +429,74 @@ struct kernels {
       highs[k] = b;
       lows[k] = a;
     }
-    // The scalar reference's arithmetic, block by block (+0 for zeros, as it has them).
-    const floats hi = reduce_blocks(highs, max_op) + 0.0f;
-    floats scale, zero(0.0f);
+    // The scalar reference's arithmetic, lane by lane (+0 for zeros, as it has them).
+    const __m128 hi = _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
+    __m128 scale, zero = _mm_setzero_ps();
     if constexpr (Fit == uniform_fit::absmax) {
-      scale = hi / floats(f.offset);
+      scale = _mm_div_ps(hi, _mm_set1_ps(f.offset));
     } else {
-      zero = reduce_blocks(lows, min_op) + 0.0f;
-      scale = (hi - zero) / floats(static_cast<float>(max_code));
+      zero = _mm_add_ps(reduce_four(lows, min_op), _mm_setzero_ps());
+      scale = _mm_div_ps(_mm_sub_ps(hi, zero), _mm_set1_ps(static_cast<float>(max_code)));
     }
-    alignas(64) float scales[width], zeros[width];
-    alignas(64) std::uint16_t scale_halves[width], zero_halves[width] = {}; // absmax: zero stays +0
-    if (!f.params_f32) {
-      bool finite = round_to_half(scale, scale_halves);
-      if constexpr (Fit == uniform_fit::min_max) finite &= round_to_half(zero, zero_halves);
-      if (!finite) return false;
-    }
-    scale.store_aligned(scales);
-    zero.store_aligned(zeros);
+    alignas(16) float scales[4], zeros[4];
     std::uint8_t* params = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
-    if (f.params_f32)
+    if (f.params_f32) {
+      _mm_store_ps(scales, scale);
+      _mm_store_ps(zeros, zero);
       write_params(params, count, f.params_per_group, scales, zeros);
-    else
-      write_params(params, count, f.params_per_group, scale_halves, zero_halves);
+    } else {
+      const auto to_half = [](__m128 v) { return _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); };
+      const __m128i scale_halves = to_half(scale);
+      const __m128i zero_halves = Fit == uniform_fit::min_max ? to_half(zero) : _mm_setzero_si128();
+      // An fp16 infinity or NaN: the parameter overflowed.
+      const __m128i exponent = _mm_set1_epi16(0x7c00);
+      const auto overflowed = [&](__m128i h) { return _mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent); };
+      if (_mm_movemask_epi8(_mm_or_si128(overflowed(scale_halves), overflowed(zero_halves))) != 0) return false;
+      scale = _mm_cvtph_ps(scale_halves);
+      if constexpr (Fit == uniform_fit::min_max) zero = _mm_cvtph_ps(zero_halves);
+      if (count == 4 && f.params_per_group == 1) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(params), scale_halves);
+      } else if (count == 4 && f.params_per_group == 2) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(params), _mm_unpacklo_epi16(scale_halves, zero_halves));
+      } else {
+        alignas(16) std::uint16_t halves[2][8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(halves[0]), scale_halves);
+        _mm_store_si128(reinterpret_cast<__m128i*>(halves[1]), zero_halves);
+        write_params(params, count, f.params_per_group, halves[0], halves[1]);
+      }
+      _mm_store_ps(scales, scale);
+      _mm_store_ps(zeros, zero);
+    }
     // Codes through the reciprocal where it is a normal float (always for fp16 scales);
     // scale 0 gets reciprocal 0, so every code is the offset as the reference has it.
-    const auto normal = scale >= floats(0x1p-125f) & scale <= floats(0x1p125f);
-    if (xsimd::all(normal | (scale == floats(0.0f)))) {
-      alignas(64) float reciprocals[width];
-      xsimd::select(normal, floats(1.0f) / scale, floats(0.0f)).store_aligned(reciprocals);
-      if (encode_by_reciprocal<Fit, Bits>(f, max_code, x, record, first, count, zeros, reciprocals)) return true;
+    const __m128 normal =
+        _mm_and_ps(_mm_cmpge_ps(scale, _mm_set1_ps(0x1p-125f)), _mm_cmple_ps(scale, _mm_set1_ps(0x1p125f)));
+    if (_mm_movemask_ps(_mm_or_ps(normal, _mm_cmpeq_ps(scale, _mm_setzero_ps()))) == 0xf) {
+      const __m128 reciprocal = _mm_and_ps(normal, _mm_div_ps(_mm_set1_ps(1.0f), scale));
+      if (encode_by_reciprocal<Fit, Bits>(f, max_code, x, record, first, count, zero, reciprocal)) return true;
     }
     for (std::size_t k = 0; k < count; ++k)
-      encode_uniform(x + first + k * n, n, scales[4 * k], zeros[4 * k], static_cast<int>(f.offset), max_code, Bits,
-                     record, first + k * n);
+      encode_uniform(x + first + k * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, Bits, record,
+                     first + k * n);
     return true;
   }
 
-  // Parameters of `count` groups from arrays holding group k at index 4k.
+  // Scale (and zero, when per_group is 2) of `count` groups.
   template <class T>
   static void write_params(std::uint8_t* at, std::size_t count, unsigned per_group, const T* scales,
                            const T* zeros) noexcept {
     for (std::size_t k = 0; k < count; ++k, at += per_group * sizeof(T)) {
-      if (per_group > 0) std::memcpy(at, &scales[4 * k], sizeof(T));
-      if (per_group > 1) std::memcpy(at + sizeof(T), &zeros[4 * k], sizeof(T));
+      if (per_group > 0) std::memcpy(at, &scales[k], sizeof(T));
+      if (per_group > 1) std::memcpy(at + sizeof(T), &zeros[k], sizeof(T));
     }
   }
 
-  // fp16 to nearest even, as storage holds it: the bits to `halves`, the value back to v.
-  // False if a lane overflowed (an fp16 infinity or NaN).
-  static bool round_to_half(floats& v, std::uint16_t* halves) noexcept {
-    if constexpr (is_avx512) {
-      const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(halves), h);
-      v = _mm512_cvtph_ps(h);
-      const __m256i exponent = _mm256_set1_epi16(0x7c00);
-      return _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, exponent), exponent) == 0;
-    } else {
-      const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_store_si128(reinterpret_cast<__m128i*>(halves), h);
-      v = _mm256_cvtph_ps(h);
-      const __m128i exponent = _mm_set1_epi16(0x7c00);
-      return _mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent)) == 0;
-    }
+  // Lane k of v in every lane.
+  static floats lane(__m128 v, std::size_t k) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(k)), _mm512_castps128_ps512(v));
+    else
+      return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(static_cast<int>(k)));
   }
 
   // Codes as rint(fma(x - zero, 1/scale, offset)), clamped; false if some may differ from
@@ -501,13 +508,13 @@ struct kernels {
   // the same end either way.
   template <uniform_fit Fit, unsigned Bits>
   static bool encode_by_reciprocal(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
-                                   std::size_t first, std::size_t count, const float* zeros,
-                                   const float* reciprocals) noexcept {
+                                   std::size_t first, std::size_t count, __m128 zeros, __m128 reciprocals) noexcept {
     const std::size_t n = f.group_channels;
     const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f);
     floats worst(0.0f); // the largest |q - rint(q)|
     for (std::size_t k = 0; k < count; ++k) {
-      const floats zero(zeros[4 * k]), reciprocal(reciprocals[4 * k]);
+      const floats zero = lane(zeros, k), reciprocal = lane(reciprocals, k);
+#pragma clang loop unroll_count(2) // groups of 32 are two AVX-512 vectors: one trip, no tail
       for (std::size_t i = first + k * n, end = i + n; i < end; i += width) {
         floats d = floats::load_unaligned(x + i);
         if constexpr (Fit == uniform_fit::min_max) d = d - zero;
