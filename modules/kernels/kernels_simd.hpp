@@ -320,27 +320,20 @@ struct kernels {
 
   // Stores `width` codes (each < 2^bits) of 8 or 4 bits; 4-bit stores need `first` even.
   static void store_codes(ints codes, unsigned bits, std::uint8_t* packed, std::size_t element) noexcept {
-    __m128i bytes; // the codes as bytes, in order
     if constexpr (is_avx512) {
-      bytes = _mm512_cvtepi32_epi8(codes);
+      if (bits == 8) return _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element), _mm512_cvtepi32_epi8(codes));
+      // The low byte of 64-bit lane k of (c | c >> 28) holds code 2k in its low and code 2k+1
+      // in its high nibble.
+      const __m128i pairs = _mm512_cvtepi64_epi8(_mm512_or_si512(codes, _mm512_srli_epi64(codes, 28)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element / 2), pairs);
     } else {
       const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
-      bytes = _mm_packus_epi16(words, words);
-    }
-    if (bits == 8) {
-      if constexpr (is_avx512)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element), bytes);
-      else
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
-      return;
-    }
-    // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
-    const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
-    const __m128i even_bytes =
-        _mm_shuffle_epi8(paired, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
-    if constexpr (is_avx512) {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element / 2), even_bytes);
-    } else {
+      const __m128i bytes = _mm_packus_epi16(words, words); // the codes as bytes, in order
+      if (bits == 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
+      // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
+      const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
+      const __m128i even_bytes =
+          _mm_shuffle_epi8(paired, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
       const std::int32_t four = _mm_cvtsi128_si32(even_bytes);
       std::memcpy(packed + element / 2, &four, 4);
     }
