@@ -244,28 +244,22 @@ struct kernels {
   // every lane of v[k], for four vectors at once.
   template <class Op>
   static __m128 reduce_four(const floats* v, Op op) noexcept {
+    // A 4x4 transpose within each 128-bit block: lane k of block j then holds op over
+    // block j of v[k] (in-lane shuffles, the cheap ones); then the blocks are combined.
+    const auto pairs = [&](floats a, floats b) {
+      if constexpr (is_avx512)
+        return op(floats(_mm512_unpacklo_ps(a, b)), floats(_mm512_unpackhi_ps(a, b)));
+      else
+        return op(floats(_mm256_unpacklo_ps(a, b)), floats(_mm256_unpackhi_ps(a, b)));
+    };
+    const floats t = pairs(v[0], v[1]), u = pairs(v[2], v[3]);
     if constexpr (is_avx512) {
-      // Halve each vector twice, leaving block k (lanes 4k..4k+3) with v[k]'s four partials;
-      // then combine within blocks and gather one lane of each.
-      const auto halve = [&](floats a, floats b) {
-        return op(floats(_mm512_shuffle_f32x4(a, b, 0x44)), floats(_mm512_shuffle_f32x4(a, b, 0xee)));
-      };
-      const floats v01 = halve(v[0], v[1]), v23 = halve(v[2], v[3]);
-      floats r = op(floats(_mm512_shuffle_f32x4(v01, v23, 0x88)), floats(_mm512_shuffle_f32x4(v01, v23, 0xdd)));
-      r = op(r, floats(_mm512_permute_ps(r, 0x4e)));
-      r = op(r, floats(_mm512_permute_ps(r, 0xb1)));
-      return _mm512_castps512_ps128(
-          _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r));
+      floats w = op(floats(_mm512_shuffle_ps(t, u, 0x44)), floats(_mm512_shuffle_ps(t, u, 0xee)));
+      w = op(w, floats(_mm512_shuffle_f32x4(w, w, 0x4e)));
+      return _mm512_castps512_ps128(op(w, floats(_mm512_shuffle_f32x4(w, w, 0xb1))));
     } else {
-      // Halves [v0 | v1] and [v2 | v3] of four partials each, then lanes paired across them.
-      const auto halve = [&](floats a, floats b) {
-        return op(floats(_mm256_permute2f128_ps(a, b, 0x20)), floats(_mm256_permute2f128_ps(a, b, 0x31)));
-      };
-      const floats v01 = halve(v[0], v[1]), v23 = halve(v[2], v[3]);
-      // [v0 v2 v0 v2 | v1 v3 v1 v3], each lane over two of the four partials.
-      const floats c = op(floats(_mm256_unpacklo_ps(v01, v23)), floats(_mm256_unpackhi_ps(v01, v23)));
-      const floats d = op(c, floats(_mm256_permute_ps(c, 0x4e)));
-      return _mm256_castps256_ps128(_mm256_unpacklo_ps(d, _mm256_permute2f128_ps(d, d, 0x01)));
+      const floats w = op(floats(_mm256_shuffle_ps(t, u, 0x44)), floats(_mm256_shuffle_ps(t, u, 0xee)));
+      return _mm256_castps256_ps128(op(w, floats(_mm256_permute2f128_ps(w, w, 0x01))));
     }
   }
   static constexpr auto max_op = [](floats a, floats b) { return xsimd::max(a, b); };
