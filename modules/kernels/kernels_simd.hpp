@@ -394,8 +394,9 @@ struct kernels {
   template <uniform_fit Fit, unsigned Bits>
   static bool encode_four_groups(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
                                  std::size_t group) noexcept {
-    const std::size_t n = f.group_channels, first = group * n,
-                      count = std::min<std::size_t>(4, (f.head_dim - first) / n);
+    const std::size_t n = f.group_channels, first = group * n;
+    std::size_t count = 1; // the groups there are, without an integer division
+    while (count < 4 && first + count * n < f.head_dim) ++count;
     floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
     for (std::size_t k = 0; k < 4; ++k) {
       floats a(0.0f), b(0.0f);
