@@ -41,6 +41,24 @@ struct random_bytes {
   }
 };
 
+// Values whose quotients (x - zero) / scale fall exactly halfway between two codes, or one
+// ulp to either side: each group of `group` channels fits to zero 0 and a scale that fp16
+// holds exactly but whose reciprocal float does not.
+void halfway_quotients(std::vector<float>& x, std::size_t group, const kvlab::encoding_rule& rule) {
+  constexpr float step = 0x333p-13f; // 0.0999755859375
+  const bool symmetric = rule.fit == kvlab::uniform_fit::absmax;
+  const int codes = symmetric ? 2 * rule.offset : static_cast<int>(rule.max_code);
+  for (std::size_t c = 0; c < x.size(); ++c) {
+    const int m = static_cast<int>(c % static_cast<std::size_t>(codes)) - (symmetric ? rule.offset : 0);
+    float v = (static_cast<float>(m) + 0.5f) * step;
+    if (c % 3 == 1) v = std::nextafter(v, 1.0f);
+    if (c % 3 == 2) v = std::nextafter(v, -1.0f);
+    if (c % group == 0) v = symmetric ? static_cast<float>(rule.offset) * step : 0.0f; // absmax, or min
+    if (c % group == 1 && !symmetric) v = static_cast<float>(rule.max_code) * step;    // max
+    x[c] = v;
+  }
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kernels)
@@ -178,8 +196,9 @@ BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for
     if (bits >= 2) quantizers.push_back("int" + std::to_string(bits));
     quantizers.push_back("uint" + std::to_string(bits));
   }
-  const std::pair<std::size_t, const char*> shapes[] = {
-      {37, "token"}, {21, "group(7)"}, {48, "group(16)"}, {128, "group(32)"}, {40, "group(20)"}};
+  const std::pair<std::size_t, const char*> shapes[] = {{37, "token"},      {64, "token"},      {21, "group(7)"},
+                                                        {48, "group(16)"},  {256, "group(16)"}, {128, "group(32)"},
+                                                        {544, "group(32)"}, {40, "group(20)"}};
   random_bytes random;
   std::vector<kvlab::isa> isas = simd_isas();
   isas.push_back(kvlab::isa::scalar);
@@ -191,12 +210,21 @@ BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for
       for (const auto precision : {kvlab::param_precision::f16, kvlab::param_precision::f32}) {
         kvlab::quantized_body body(q, shape, head_dim, precision, components.make_storage("flat"));
         const auto& layout = body.layout();
-        for (int trial = 0; trial < 4; ++trial) {
+        // Trials 0-2 and 7-9: N(0, 9) data. 3: fp16-subnormal scales. 4: quotients halfway
+        // between codes and one ulp off. 5: f32-subnormal scales (fp16: 0). 6 (f32 only, fp16
+        // overflows): scales past 2^125 (int<b> up to 4 bits), whose reciprocals the SIMD
+        // encoders do not use.
+        for (int trial = 0; trial < 10; ++trial) {
+          if (trial == 6 && precision == kvlab::param_precision::f16) continue;
           auto x = random.floats(head_dim);
-          for (auto& v : x) v *= trial == 3 ? 1e-6f : 3.0f; // fp16-subnormal scales in trial 3
-          std::fill_n(x.begin(), shape.channels, 0.5f);     // a constant group (scale 0)
+          const float spread = trial == 3 ? 1e-6f : trial == 5 ? 1e-39f : trial == 6 ? 3e37f : 3.0f;
+          for (auto& v : x) v *= spread;
+          if (trial == 4) halfway_quotients(x, shape.channels, q.encoding());
+          if (trial == 6 && q.encoding().fit == kvlab::uniform_fit::absmax)
+            for (std::size_t c = 1; c < head_dim; c += shape.channels) x[c] = 3.2e38f;
+          std::fill_n(x.begin(), shape.channels, 0.5f); // a constant group (scale 0)
           if (trial == 1) std::fill_n(x.begin(), shape.channels, 0.0f);
-          x[head_dim - 1] = 0.25f * static_cast<float>(trial); // ties and signed zeros
+          if (trial < 4) x[head_dim - 1] = 0.25f * static_cast<float>(trial); // ties and signed zeros
           std::vector<std::uint8_t> expected(layout.bytes(), 0);
           std::vector<std::uint32_t> codes(head_dim);
           for (std::size_t g = 0; g < layout.groups(); ++g) {

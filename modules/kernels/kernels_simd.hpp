@@ -231,32 +231,49 @@ struct kernels {
     scalar::axpy_raw_codes(alpha, packed, first + done, n - done, bits, acc + done);
   }
 
+  // max(|a|, |b|) lane by lane (one instruction on AVX-512).
+  static floats abs_max(floats a, floats b) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_range_ps(a, b, 0x0b); // the larger magnitude, sign cleared
+    else
+      return xsimd::max(xsimd::abs(a), xsimd::abs(b));
+  }
+
   // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
-  // the longest dependency chain of a group's encoding.
-  static float reduce_max(floats v) noexcept {
+  // the longest dependency chain of a group's encoding. Lane k of the result is op over
+  // every lane of v[k], for four vectors at once.
+  template <class Op>
+  static __m128 reduce_four(const floats* v, Op op) noexcept {
+    // A 4x4 transpose within each 128-bit block: lane k of block j then holds op over
+    // block j of v[k] (in-lane shuffles, the cheap ones); then the blocks are combined.
+    const auto pairs = [&](floats a, floats b) {
+      if constexpr (is_avx512)
+        return op(floats(_mm512_unpacklo_ps(a, b)), floats(_mm512_unpackhi_ps(a, b)));
+      else
+        return op(floats(_mm256_unpacklo_ps(a, b)), floats(_mm256_unpackhi_ps(a, b)));
+    };
+    const floats t = pairs(v[0], v[1]), u = pairs(v[2], v[3]);
     if constexpr (is_avx512) {
-      return _mm512_reduce_max_ps(v);
+      floats w = op(floats(_mm512_shuffle_ps(t, u, 0x44)), floats(_mm512_shuffle_ps(t, u, 0xee)));
+      w = op(w, floats(_mm512_shuffle_f32x4(w, w, 0x4e)));
+      return _mm512_castps512_ps128(op(w, floats(_mm512_shuffle_f32x4(w, w, 0xb1))));
     } else {
-      __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-      m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-      return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+      const floats w = op(floats(_mm256_shuffle_ps(t, u, 0x44)), floats(_mm256_shuffle_ps(t, u, 0xee)));
+      return _mm256_castps256_ps128(op(w, floats(_mm256_permute2f128_ps(w, w, 0x01))));
     }
   }
-  static float reduce_min(floats v) noexcept {
-    if constexpr (is_avx512) {
-      return _mm512_reduce_min_ps(v);
-    } else {
-      __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-      m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-      return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
-    }
+  static constexpr auto max_op = [](floats a, floats b) { return xsimd::max(a, b); };
+  static constexpr auto min_op = [](floats a, floats b) { return xsimd::min(a, b); };
+  static float reduce(floats v, auto op) noexcept {
+    const floats copies[4] = {v, v, v, v};
+    return _mm_cvtss_f32(reduce_four(copies, op));
   }
 
   static float absmax(const float* x, std::size_t n) noexcept {
     floats m(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width) m = xsimd::max(m, xsimd::abs(floats::load_unaligned(x + i)));
-    return std::max(reduce_max(m), scalar::absmax(x + i, n - i));
+    return std::max(reduce(m, max_op), scalar::absmax(x + i, n - i));
   }
 
   static void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
@@ -268,8 +285,8 @@ struct kernels {
       a = xsimd::min(a, v);
       b = xsimd::max(b, v);
     }
-    *lo = reduce_min(a);
-    *hi = reduce_max(b);
+    *lo = reduce(a, min_op);
+    *hi = reduce(b, max_op);
     if (i < n) {
       float tail_lo, tail_hi;
       scalar::min_max(x + i, n - i, &tail_lo, &tail_hi);
@@ -297,27 +314,20 @@ struct kernels {
 
   // Stores `width` codes (each < 2^bits) of 8 or 4 bits; 4-bit stores need `first` even.
   static void store_codes(ints codes, unsigned bits, std::uint8_t* packed, std::size_t element) noexcept {
-    __m128i bytes; // the codes as bytes, in order
     if constexpr (is_avx512) {
-      bytes = _mm512_cvtepi32_epi8(codes);
+      if (bits == 8) return _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element), _mm512_cvtepi32_epi8(codes));
+      // The low byte of 64-bit lane k of (c | c >> 28) holds code 2k in its low and code 2k+1
+      // in its high nibble.
+      const __m128i pairs = _mm512_cvtepi64_epi8(_mm512_or_si512(codes, _mm512_srli_epi64(codes, 28)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element / 2), pairs);
     } else {
       const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
-      bytes = _mm_packus_epi16(words, words);
-    }
-    if (bits == 8) {
-      if constexpr (is_avx512)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element), bytes);
-      else
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
-      return;
-    }
-    // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
-    const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
-    const __m128i even_bytes =
-        _mm_shuffle_epi8(paired, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
-    if constexpr (is_avx512) {
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element / 2), even_bytes);
-    } else {
+      const __m128i bytes = _mm_packus_epi16(words, words); // the codes as bytes, in order
+      if (bits == 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
+      // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
+      const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
+      const __m128i even_bytes =
+          _mm_shuffle_epi8(paired, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
       const std::int32_t four = _mm_cvtsi128_si32(even_bytes);
       std::memcpy(packed + element / 2, &four, 4);
     }
@@ -355,6 +365,160 @@ struct kernels {
       }
     }
     scalar::encode_nearest(x + i, n - i, scale, zero, thresholds, count, bits, packed, first + i);
+  }
+
+  // --- Fused per-token record encoder -------------------------------------------------
+
+  // Records of 8- or 4-bit codes whose groups are whole vectors: the parameters of four
+  // groups at once (one lane each: one division, one fp16 round trip), and codes by
+  // multiplying with the reciprocal of the scale instead of dividing by it. Other records
+  // take the generic fused encoder.
+  static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                    std::uint8_t* record) noexcept {
+    if ((f.bits != 8 && f.bits != 4) || f.group_channels % width != 0)
+      return scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>(f, fit, max_code,
+                                                                                                     x, record);
+    const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
+      for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
+        if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
+      return true;
+    };
+    if (fit == uniform_fit::absmax)
+      return f.bits == 8 ? run.template operator()<uniform_fit::absmax, 8>()
+                         : run.template operator()<uniform_fit::absmax, 4>();
+    return f.bits == 8 ? run.template operator()<uniform_fit::min_max, 8>()
+                       : run.template operator()<uniform_fit::min_max, 4>();
+  }
+
+  // The (up to) four groups of a record from group `group` on.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_four_groups(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                 std::size_t group) noexcept {
+    const std::size_t n = f.group_channels, first = group * n;
+    std::size_t count = 1; // the groups there are, without an integer division
+    while (count < 4 && first + count * n < f.head_dim) ++count;
+    floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
+    for (std::size_t k = 0; k < 4; ++k) {
+      floats a(0.0f), b(0.0f);
+      if (k < count) {
+        const float* values = x + first + k * n;
+        a = floats::load_unaligned(values);
+        b = Fit == uniform_fit::absmax ? xsimd::abs(a) : a;
+        for (std::size_t i = width; i < n; i += width) {
+          const floats v = floats::load_unaligned(values + i);
+          if constexpr (Fit == uniform_fit::absmax) {
+            b = abs_max(b, v);
+          } else {
+            a = xsimd::min(a, v);
+            b = xsimd::max(b, v);
+          }
+        }
+      }
+      highs[k] = b;
+      lows[k] = a;
+    }
+    // The scalar reference's arithmetic, lane by lane (+0 for zeros, as it has them).
+    const __m128 hi = _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
+    __m128 scale, zero = _mm_setzero_ps();
+    if constexpr (Fit == uniform_fit::absmax) {
+      scale = _mm_div_ps(hi, _mm_set1_ps(f.offset));
+    } else {
+      zero = _mm_add_ps(reduce_four(lows, min_op), _mm_setzero_ps());
+      scale = _mm_div_ps(_mm_sub_ps(hi, zero), _mm_set1_ps(static_cast<float>(max_code)));
+    }
+    alignas(16) float scales[4], zeros[4];
+    std::uint8_t* params = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
+    if (f.params_f32) {
+      _mm_store_ps(scales, scale);
+      _mm_store_ps(zeros, zero);
+      write_params(params, count, f.params_per_group, scales, zeros);
+    } else {
+      const auto to_half = [](__m128 v) { return _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); };
+      const __m128i scale_halves = to_half(scale);
+      const __m128i zero_halves = Fit == uniform_fit::min_max ? to_half(zero) : _mm_setzero_si128();
+      // An fp16 infinity or NaN: the parameter overflowed.
+      const __m128i exponent = _mm_set1_epi16(0x7c00);
+      const auto overflowed = [&](__m128i h) { return _mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent); };
+      if (_mm_movemask_epi8(_mm_or_si128(overflowed(scale_halves), overflowed(zero_halves))) != 0) return false;
+      scale = _mm_cvtph_ps(scale_halves);
+      if constexpr (Fit == uniform_fit::min_max) zero = _mm_cvtph_ps(zero_halves);
+      if (count == 4 && f.params_per_group == 1) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(params), scale_halves);
+      } else if (count == 4 && f.params_per_group == 2) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(params), _mm_unpacklo_epi16(scale_halves, zero_halves));
+      } else {
+        alignas(16) std::uint16_t halves[2][8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(halves[0]), scale_halves);
+        _mm_store_si128(reinterpret_cast<__m128i*>(halves[1]), zero_halves);
+        write_params(params, count, f.params_per_group, halves[0], halves[1]);
+      }
+      _mm_store_ps(scales, scale);
+      _mm_store_ps(zeros, zero);
+    }
+    // Codes through the reciprocal where it is a normal float (always for fp16 scales);
+    // scale 0 gets reciprocal 0, so every code is the offset as the reference has it.
+    const __m128 normal =
+        _mm_and_ps(_mm_cmpge_ps(scale, _mm_set1_ps(0x1p-125f)), _mm_cmple_ps(scale, _mm_set1_ps(0x1p125f)));
+    if (_mm_movemask_ps(_mm_or_ps(normal, _mm_cmpeq_ps(scale, _mm_setzero_ps()))) == 0xf) {
+      const __m128 reciprocal = _mm_and_ps(normal, _mm_div_ps(_mm_set1_ps(1.0f), scale));
+      if (encode_by_reciprocal<Fit, Bits>(f, max_code, x, record, first, count, zero, reciprocal)) return true;
+    }
+    for (std::size_t k = 0; k < count; ++k)
+      encode_uniform(x + first + k * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, Bits, record,
+                     first + k * n);
+    return true;
+  }
+
+  // Scale (and zero, when per_group is 2) of `count` groups.
+  template <class T>
+  static void write_params(std::uint8_t* at, std::size_t count, unsigned per_group, const T* scales,
+                           const T* zeros) noexcept {
+    for (std::size_t k = 0; k < count; ++k, at += per_group * sizeof(T)) {
+      if (per_group > 0) std::memcpy(at, &scales[k], sizeof(T));
+      if (per_group > 1) std::memcpy(at + sizeof(T), &zeros[k], sizeof(T));
+    }
+  }
+
+  // Lane k of v in every lane.
+  static floats lane(__m128 v, std::size_t k) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(k)), _mm512_castps128_ps512(v));
+    else
+      return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(static_cast<int>(k)));
+  }
+
+  // Codes as rint(fma(x - zero, 1/scale, offset)), clamped; false if some may differ from
+  // the reference's (rare: near ties), which the caller then encodes by dividing. With
+  // r = 1/scale rounded, q differs from the reference's rounded quotient t plus offset by
+  // at most 2^-24 * 2|t| + ulp(q)/2. Codes in [0, max_code] (b <= 8) have |t| <= 256 and
+  // |q| <= 256, so that is below 2^-23 * 256 + 2^-16 < 2^-14, and q rounds as the reference
+  // does when it lies at least 2^-14 from a half-integer; codes past either end clamp to
+  // the same end either way.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_by_reciprocal(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                   std::size_t first, std::size_t count, __m128 zeros, __m128 reciprocals) noexcept {
+    const std::size_t n = f.group_channels;
+    const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f);
+    floats worst(0.0f); // the largest |q - rint(q)|
+    for (std::size_t k = 0; k < count; ++k) {
+      const floats zero = lane(zeros, k), reciprocal = lane(reciprocals, k);
+#pragma clang loop unroll_count(2) // groups of 32 are two AVX-512 vectors: one trip, no tail
+      for (std::size_t i = first + k * n, end = i + n; i < end; i += width) {
+        floats d = floats::load_unaligned(x + i);
+        if constexpr (Fit == uniform_fit::min_max) d = d - zero;
+        const floats q = fmadd(d, reciprocal, offset);
+        if constexpr (is_avx512)
+          worst = abs_max(worst, _mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        else
+          worst = abs_max(worst, q - xsimd::nearbyint(q));
+        const floats clamped = xsimd::min(xsimd::max(q, bottom), top);
+        if constexpr (is_avx512)
+          store_codes(_mm512_cvtps_epi32(clamped), Bits, record, i);
+        else
+          store_codes(_mm256_cvtps_epi32(clamped), Bits, record, i);
+      }
+    }
+    return xsimd::all(worst <= floats(0.5f - 0x1p-14f));
   }
 
   // --- Runs of records: the attention hot loop --------------------------------------
@@ -627,7 +791,7 @@ struct kernels {
     std::copy(scores + full, scores + n, tail);
     floats top = floats::load_aligned(tail);
     for (std::size_t i = 0; i < full; i += width) top = xsimd::max(top, floats::load_unaligned(scores + i));
-    const float max = reduce_max(top);
+    const float max = reduce(top, max_op);
     const floats shift(max);
     using doubles = xsimd::batch<double, Arch>;
     doubles sums(0.0);
@@ -668,8 +832,7 @@ struct kernels {
             .decode_codes = &decode_codes,
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
-            .encode_uniform_record =
-                &scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>,
+            .encode_uniform_record = &encode_uniform_record,
             .dot_records = &dot_records,
             .axpy_records = &axpy_records,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
