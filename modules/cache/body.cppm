@@ -180,12 +180,8 @@ public:
     for_each_channel_block(kernels, [&](std::size_t first, std::size_t count) {
       for (std::size_t h = 0; h < heads; ++h) {
         const float* query = queries.data() + h * head_dim;
-        float constant = 0.0f;
-        for (std::size_t c = 0; c < head_dim; ++c) {
-          scratch_[h * head_dim + c] = query[c] * block_scales_[c];
-          constant += query[c] * block_zeros_[c];
-        }
-        head_terms_[h] = constant;
+        for (std::size_t c = 0; c < head_dim; ++c) scratch_[h * head_dim + c] = query[c] * block_scales_[c];
+        head_terms_[h] = kernels.dot_f32(query, reinterpret_cast<const std::uint8_t*>(block_zeros_.data()), head_dim);
       }
       for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
         kernels.dot_records(format_, scratch_.data(), heads, run.data(), n, scores + first + offset, stride);

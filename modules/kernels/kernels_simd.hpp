@@ -456,17 +456,24 @@ struct kernels {
     return f.head_dim % block == 0 && f.head_dim <= max_head_dim &&
            (f.params_per_group == 0 || (blocks_fit_groups && f.groups() <= max_groups));
   }
+  // Lane k of vector j of each block is element PerByte * k + j: one strided gather (or
+  // scatter) per vector.
   template <std::size_t PerByte>
   static void split_order(const float* in, std::size_t n, float* out) noexcept {
+    const ints stride = lane_index() * ints(static_cast<std::int32_t>(PerByte));
     for (std::size_t b = 0; b < n; b += PerByte * width)
-      for (std::size_t k = 0; k < width; ++k)
-        for (std::size_t j = 0; j < PerByte; ++j) out[b + j * width + k] = in[b + PerByte * k + j];
+      for (std::size_t j = 0; j < PerByte; ++j) floats::gather(in + b + j, stride).store_aligned(out + b + j * width);
   }
   template <std::size_t PerByte>
   static void merge_order(const float* in, std::size_t n, float* out) noexcept {
+    const ints stride = lane_index() * ints(static_cast<std::int32_t>(PerByte));
     for (std::size_t b = 0; b < n; b += PerByte * width)
-      for (std::size_t k = 0; k < width; ++k)
-        for (std::size_t j = 0; j < PerByte; ++j) out[b + PerByte * k + j] = in[b + j * width + k];
+      for (std::size_t j = 0; j < PerByte; ++j) floats::load_aligned(in + b + j * width).scatter(out + b + j, stride);
+  }
+  static ints lane_index() noexcept {
+    alignas(64) std::int32_t lanes[width];
+    for (std::size_t k = 0; k < width; ++k) lanes[k] = static_cast<std::int32_t>(k);
+    return ints::load_aligned(lanes);
   }
   static ints shift_right(ints x, unsigned n) noexcept {
     if constexpr (is_avx512)
