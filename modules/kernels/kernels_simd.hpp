@@ -113,10 +113,21 @@ struct kernels {
   }
   static floats sum_each(const floats* rows) noexcept {
     if constexpr (is_avx512) {
-      __m256 halves[16];
-      for (std::size_t k = 0; k < 16; ++k)
-        halves[k] = _mm256_add_ps(_mm512_castps512_ps256(rows[k]), _mm512_extractf32x8_ps(rows[k], 1));
-      return _mm512_insertf32x8(_mm512_castps256_ps512(sum_each_of_8(halves)), sum_each_of_8(halves + 8), 1);
+      // A transposing tree: pairs of rows within 128-bit lanes, then quads, then across
+      // lanes; every row is summed in the same order wherever it sits.
+      __m512 pairs[8], quads[4];
+      for (std::size_t k = 0; k < 8; ++k)
+        pairs[k] = _mm512_add_ps(_mm512_unpacklo_ps(rows[2 * k], rows[2 * k + 1]),
+                                 _mm512_unpackhi_ps(rows[2 * k], rows[2 * k + 1]));
+      for (std::size_t k = 0; k < 4; ++k) {
+        const __m512d a = _mm512_castps_pd(pairs[2 * k]), b = _mm512_castps_pd(pairs[2 * k + 1]);
+        quads[k] =
+            _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+      }
+      const auto lanes = [](__m512 a, __m512 b) { // lanes 0+1 and 2+3 of a, then of b
+        return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+      };
+      return lanes(lanes(quads[0], quads[1]), lanes(quads[2], quads[3]));
     } else {
       __m256 plain[8];
       for (std::size_t k = 0; k < 8; ++k) plain[k] = rows[k];
@@ -386,8 +397,13 @@ struct kernels {
         for (std::size_t h = 0; h < H; ++h) rows[h][k] = lanes[h], tails[h][k] = tail[h];
       }
       for (std::size_t h = 0; h < H; ++h) {
-        (sum_each(rows[h]) + floats::load_aligned(tails[h])).store_aligned(sums);
-        std::copy_n(sums, batch, scores + h * stride + t);
+        const floats total = sum_each(rows[h]) + floats::load_aligned(tails[h]);
+        if (batch == width) {
+          total.store_unaligned(scores + h * stride + t);
+        } else {
+          total.store_aligned(sums);
+          std::copy_n(sums, batch, scores + h * stride + t);
+        }
       }
     }
   }
