@@ -78,29 +78,16 @@ struct kernels {
     }
   }
 
-  // A dot product left unreduced: the vector of partial sums and the scalar tail's sum.
-  struct partial_dot {
-    floats lanes;
-    float tail;
-  };
-
   template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
             float (*scalar_load)(const std::uint8_t*, std::size_t)>
-  static partial_dot dot_row_partial(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
+  static float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
     floats sum(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width)
       sum = fmadd(floats::load_unaligned(query + i), load(row + i * element_bytes), sum);
     float tail = 0.0f;
     for (; i < n; ++i) tail += query[i] * scalar_load(row, i);
-    return {sum, tail};
-  }
-
-  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
-            float (*scalar_load)(const std::uint8_t*, std::size_t)>
-  static float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
-    const auto [lanes, tail] = dot_row_partial<load, element_bytes, scalar_load>(query, row, n);
-    return xsimd::hadd(lanes) + tail;
+    return xsimd::hadd(sum) + tail;
   }
 
   // Lane k of the result is the sum of rows[k]'s lanes. (xsimd 8.1's AVX-512 haddp returns
