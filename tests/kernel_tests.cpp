@@ -265,6 +265,10 @@ BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for
 }
 
 BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
+  // Multi-head dot and axpy over runs of records: every element kind, code width (vector
+  // paths for 2, 4 and 8 bits, the scalar fallback for 3), groups narrower and wider than a
+  // vector block, 0 to 2 parameters, odd head_dims (tails), misaligned records and heads,
+  // several head counts and a score stride wider than the run.
   using kvlab::element_kind;
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;
@@ -273,13 +277,14 @@ BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
     for (const auto kind : {element_kind::f32, element_kind::f16, element_kind::bf16, element_kind::affine_codes,
                             element_kind::table_codes}) {
       const bool coded = kind == element_kind::affine_codes || kind == element_kind::table_codes;
-      for (const unsigned bits : coded ? std::vector<unsigned>{2, 4, 8} : std::vector<unsigned>{32}) {
-        for (const std::size_t head_dim : {24u, 64u, 128u}) {
+      for (const unsigned bits : coded ? std::vector<unsigned>{2, 3, 4, 8} : std::vector<unsigned>{32}) {
+        for (const std::size_t head_dim : {20u, 24u, 64u, 128u}) {
           for (const std::size_t group :
                coded ? std::vector<std::size_t>{8, 16, 32, head_dim} : std::vector{head_dim}) {
             if (head_dim % group != 0) continue;
-            for (const unsigned params : coded ? std::vector<unsigned>{1, 2} : std::vector<unsigned>{0}) {
+            for (const unsigned params : coded ? std::vector<unsigned>{0, 1, 2} : std::vector<unsigned>{0}) {
               for (const bool params_f32 : {false, true}) {
+                if (params == 0 && params_f32) continue;
                 const auto levels = random.floats(std::size_t{1} << std::min(bits, 8u));
                 kvlab::record_format f{.kind = kind,
                                        .head_dim = head_dim,
@@ -293,60 +298,128 @@ BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
                                        .levels = levels.data()};
                 f.record_bytes = f.code_bytes() + f.groups() * params * (params_f32 ? 4 : 2) + 3; // odd stride
                 for (const std::size_t count : {1u, 7u, 16u, 17u, 40u}) {
-                  BOOST_TEST_CONTEXT(kvlab::isa_name(isa)
-                                     << " kind " << static_cast<int>(kind) << " bits " << bits << " head_dim "
-                                     << head_dim << " group " << group << " params " << params
-                                     << (params_f32 ? " f32" : " f16") << " count " << count) {
-                    // Records of random codes with sane parameters (finite floats everywhere).
-                    std::vector<std::uint8_t> records(count * f.record_bytes + 1);
-                    std::vector<float> raw = random.floats(head_dim);
-                    for (std::size_t t = 0; t < count; ++t) {
-                      std::uint8_t* record = records.data() + 1 + t * f.record_bytes; // misaligned
-                      const auto codes = random(f.code_bytes());
-                      std::memcpy(record, codes.data(), codes.size());
-                      for (std::size_t c = 0; c < head_dim && !coded; ++c) {
-                        const float x = raw[c] * static_cast<float>(t + 1);
-                        const std::uint16_t h = kvlab::float_to_half_bits(x), b = kvlab::float_to_bf16_bits(x);
-                        if (kind == element_kind::f32) std::memcpy(record + 4 * c, &x, 4);
-                        if (kind == element_kind::f16) std::memcpy(record + 2 * c, &h, 2);
-                        if (kind == element_kind::bf16) std::memcpy(record + 2 * c, &b, 2);
-                      }
-                      for (std::size_t p = 0; p < f.groups() * params; ++p) {
-                        const float value = 0.01f * static_cast<float>(p % 7 + 1);
-                        const std::uint16_t h = kvlab::float_to_half_bits(value);
-                        std::uint8_t* at = record + f.code_bytes() + p * (params_f32 ? 4 : 2);
-                        if (params_f32)
-                          std::memcpy(at, &value, 4);
-                        else
-                          std::memcpy(at, &h, 2);
-                      }
+                  // Records of random codes with sane parameters (finite floats everywhere).
+                  std::vector<std::uint8_t> records(count * f.record_bytes + 1);
+                  std::vector<float> raw = random.floats(head_dim);
+                  for (std::size_t t = 0; t < count; ++t) {
+                    std::uint8_t* record = records.data() + 1 + t * f.record_bytes; // misaligned
+                    const auto codes = random(f.code_bytes());
+                    std::memcpy(record, codes.data(), codes.size());
+                    for (std::size_t c = 0; c < head_dim && !coded; ++c) {
+                      const float x = raw[c] * static_cast<float>(t + 1);
+                      const std::uint16_t h = kvlab::float_to_half_bits(x), b = kvlab::float_to_bf16_bits(x);
+                      if (kind == element_kind::f32) std::memcpy(record + 4 * c, &x, 4);
+                      if (kind == element_kind::f16) std::memcpy(record + 2 * c, &h, 2);
+                      if (kind == element_kind::bf16) std::memcpy(record + 2 * c, &b, 2);
                     }
-                    const auto query = random.floats(head_dim);
-                    std::vector<float> sums(f.groups(), 0.0f);
-                    for (std::size_t c = 0; c < head_dim; ++c) sums[c / group] += query[c];
-                    std::vector<float> scores_simd(count), scores_scalar(count);
-                    simd.dot_records(f, query.data(), sums.data(), records.data() + 1, count, scores_simd.data());
-                    scalar.dot_records(f, query.data(), sums.data(), records.data() + 1, count, scores_scalar.data());
-                    for (std::size_t t = 0; t < count; ++t)
-                      check_close(scores_simd[t], scores_scalar[t], 300.0f * static_cast<float>(t + 1));
-                    const auto weights = random.floats(count);
-                    auto acc_simd = random.floats(head_dim);
-                    auto acc_scalar = acc_simd;
-                    std::vector<float> constants_simd(f.groups(), 0.5f), constants_scalar(f.groups(), 0.5f);
-                    simd.axpy_records(f, weights.data(), records.data() + 1, count, acc_simd.data(),
-                                      constants_simd.data());
-                    scalar.axpy_records(f, weights.data(), records.data() + 1, count, acc_scalar.data(),
-                                        constants_scalar.data());
-                    for (std::size_t c = 0; c < head_dim; ++c)
-                      check_close(acc_simd[c], acc_scalar[c], 300.0f * static_cast<float>(count));
-                    for (std::size_t g = 0; g < f.groups(); ++g)
-                      check_close(constants_simd[g], constants_scalar[g], 10.0f);
+                    for (std::size_t p = 0; p < f.groups() * params; ++p) {
+                      const float value = 0.01f * static_cast<float>(p % 7 + 1);
+                      const std::uint16_t h = kvlab::float_to_half_bits(value);
+                      std::uint8_t* at = record + f.code_bytes() + p * (params_f32 ? 4 : 2);
+                      if (params_f32)
+                        std::memcpy(at, &value, 4);
+                      else
+                        std::memcpy(at, &h, 2);
+                    }
+                  }
+                  const std::uint8_t* first = records.data() + 1;
+                  // |decoded values| from the scalar reference: the scale of the rounding differences.
+                  std::vector<float> magnitudes(count * head_dim);
+                  for (std::size_t t = 0; t < count; ++t) {
+                    const float one = 1.0f;
+                    scalar.axpy_records(f, &one, 1, 1, first + t * f.record_bytes, 1, &magnitudes[t * head_dim]);
+                  }
+                  for (auto& m : magnitudes) m = std::fabs(m);
+                  for (const std::size_t heads : {1u, 2u, 3u, 4u, 8u}) {
+                    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)
+                                       << " kind " << static_cast<int>(kind) << " bits " << bits << " head_dim "
+                                       << head_dim << " group " << group << " params " << params
+                                       << (params_f32 ? " f32" : " f16") << " count " << count << " heads " << heads) {
+                      const std::size_t stride = count + 5;
+                      const auto queries = random.floats(heads * head_dim + 1); // heads start misaligned
+                      std::vector<float> scores_simd(heads * stride, -7.0f), scores_scalar = scores_simd;
+                      simd.dot_records(f, queries.data() + 1, heads, first, count, scores_simd.data(), stride);
+                      scalar.dot_records(f, queries.data() + 1, heads, first, count, scores_scalar.data(), stride);
+                      for (std::size_t h = 0; h < heads; ++h) {
+                        for (std::size_t t = 0; t < count; ++t) {
+                          float magnitude = 0.0f;
+                          for (std::size_t c = 0; c < head_dim; ++c)
+                            magnitude += std::fabs(queries[1 + h * head_dim + c]) * magnitudes[t * head_dim + c];
+                          check_close(scores_simd[h * stride + t], scores_scalar[h * stride + t], 4.0f * magnitude);
+                        }
+                        for (std::size_t t = count; t < stride; ++t) BOOST_TEST(scores_simd[h * stride + t] == -7.0f);
+                      }
+                      const auto weights = random.floats(heads * stride);
+                      auto acc_simd = random.floats(heads * head_dim + 1);
+                      auto acc_scalar = acc_simd;
+                      simd.axpy_records(f, weights.data(), stride, heads, first, count, acc_simd.data() + 1);
+                      scalar.axpy_records(f, weights.data(), stride, heads, first, count, acc_scalar.data() + 1);
+                      BOOST_TEST(acc_simd[0] == acc_scalar[0]);
+                      for (std::size_t h = 0; h < heads; ++h)
+                        for (std::size_t c = 0; c < head_dim; ++c) {
+                          float magnitude = std::fabs(acc_scalar[1 + h * head_dim + c]);
+                          for (std::size_t t = 0; t < count; ++t)
+                            magnitude += std::fabs(weights[h * stride + t]) * magnitudes[t * head_dim + c];
+                          check_close(acc_simd[1 + h * head_dim + c], acc_scalar[1 + h * head_dim + c],
+                                      4.0f * magnitude);
+                        }
+                    }
                   }
                 }
               }
             }
           }
         }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
+  // The cache calls the kernels on runs split at page and block boundaries: every token's
+  // score, and the sum over a run, must be the same bit for bit however it is split.
+  const auto& components = kvlab::builtin_registry();
+  random_bytes random;
+  std::vector<kvlab::isa> isas = simd_isas();
+  isas.push_back(kvlab::isa::scalar);
+  for (const auto& [quantizer, granularity] : {std::pair{"int4", "group(32)"}, std::pair{"uint2", "group(32)"},
+                                               std::pair{"int8", "group(32)"}, std::pair{"fp8_e4m3", "token"}}) {
+    const std::size_t head_dim = 128, count = 45, heads = 4;
+    kvlab::quantized_body body(components.make_quantizer(quantizer),
+                               components.make_granularity(granularity).group_shape(head_dim), head_dim,
+                               kvlab::param_precision::f16, components.make_storage("flat"));
+    for (std::size_t t = 0; t < count; ++t) body.append(random.floats(head_dim), kvlab::kernels_for(isas.back()));
+    const auto run = body.store().run(0);
+    const std::size_t bytes = run.size() / count;
+    const auto& q = body.quantizer();
+    const auto shape = components.make_granularity(granularity).group_shape(head_dim);
+    const kvlab::record_format f{.kind = q.encoding().kind == kvlab::encoding_kind::uniform
+                                             ? kvlab::element_kind::affine_codes
+                                             : kvlab::element_kind::table_codes,
+                                 .record_bytes = bytes,
+                                 .head_dim = head_dim,
+                                 .group_channels = shape.channels,
+                                 .bits = q.bits(),
+                                 .params_per_group = q.params_per_group(),
+                                 .offset = static_cast<float>(q.encoding().offset),
+                                 .levels = q.levels().data()};
+    const auto queries = random.floats(heads * head_dim);
+    const auto weights = random.floats(heads * count);
+    for (const auto isa : isas) {
+      BOOST_TEST_CONTEXT(quantizer << " " << kvlab::isa_name(isa)) {
+        const auto& kernels = kvlab::kernels_for(isa);
+        std::vector<float> whole(heads * count), pieces(heads * count);
+        std::vector<float> acc_whole(heads * head_dim, 0.0f), acc_pieces = acc_whole;
+        kernels.dot_records(f, queries.data(), heads, run.data(), count, whole.data(), count);
+        kernels.axpy_records(f, weights.data(), count, heads, run.data(), count, acc_whole.data());
+        for (std::size_t first = 0, n = 1; first < count; first += n, n = n % 19 + 2) {
+          n = std::min(n, count - first);
+          kernels.dot_records(f, queries.data(), heads, run.data() + first * bytes, n, pieces.data() + first, count);
+          kernels.axpy_records(f, weights.data() + first, count, heads, run.data() + first * bytes, n,
+                               acc_pieces.data());
+        }
+        BOOST_TEST(whole == pieces, boost::test_tools::per_element());
+        BOOST_TEST(acc_whole == acc_pieces, boost::test_tools::per_element());
       }
     }
   }

@@ -162,40 +162,32 @@ public:
 
   // For `heads` queries (heads x head_dim, the query heads of one GQA group):
   // scores[h * stride + t] = query_h . decoded(t) for every body token t. Tokens are visited
-  // in blocks that stay in L1 while every head reads them, so the codes stream from memory
-  // once per group, not once per query head.
+  // in blocks that stay in L1, each record decoded once for all heads, so the codes stream
+  // from memory once per group, not once per query head.
   void dot_all(const kernel_table& kernels, std::span<const float> queries, std::size_t heads, float* scores,
                std::size_t stride) const {
-    const std::size_t head_dim = layout_.head_dim, groups = layout_.groups();
     if (layout_.block_tokens == 1) {
-      head_sums_.assign(heads * groups, 0.0f);
-      for (std::size_t h = 0; h < heads; ++h)
-        for (std::size_t c = 0; c < head_dim; ++c)
-          head_sums_[h * groups + c / layout_.group_channels] += queries[h * head_dim + c];
       for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
-        for (std::size_t h = 0; h < heads; ++h)
-          kernels.dot_records(format_, queries.data() + h * head_dim, head_sums_.data() + h * groups, block.data(),
-                              count, scores + h * stride + first);
+        kernels.dot_records(format_, queries.data(), heads, block.data(), count, scores + first, stride);
       });
       return;
     }
     // Per-channel blocks: q . (s * level(c) + z) = (q * s) . level(c) + q . z, so each query
     // is scaled once per block and every row of the block is a plain dot with codes.
-    for_each_channel_block([&](std::size_t first, std::size_t count) {
+    const std::size_t head_dim = layout_.head_dim;
+    scratch_.resize(heads * head_dim);
+    head_terms_.resize(heads);
+    for_each_channel_block(kernels, [&](std::size_t first, std::size_t count) {
       for (std::size_t h = 0; h < heads; ++h) {
         const float* query = queries.data() + h * head_dim;
-        float constant = 0.0f, scaled_sum = 0.0f;
-        for (std::size_t c = 0; c < head_dim; ++c) {
-          scratch_[c] = query[c] * block_params_[c].scale;
-          scaled_sum += scratch_[c];
-          constant += query[c] * block_params_[c].zero;
-        }
-        float* out = scores + h * stride + first;
-        for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
-          kernels.dot_records(format_, scratch_.data(), &scaled_sum, run.data(), n, out + offset);
-        });
-        for (std::size_t j = 0; j < count; ++j) out[j] += constant;
+        for (std::size_t c = 0; c < head_dim; ++c) scratch_[h * head_dim + c] = query[c] * block_scales_[c];
+        head_terms_[h] = kernels.dot_f32(query, reinterpret_cast<const std::uint8_t*>(block_zeros_.data()), head_dim);
       }
+      for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
+        kernels.dot_records(format_, scratch_.data(), heads, run.data(), n, scores + first + offset, stride);
+      });
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t j = 0; j < count; ++j) scores[h * stride + first + j] += head_terms_[h];
     });
   }
 
@@ -203,32 +195,27 @@ public:
   // weights_h[t] * decoded(t), acc being heads x head_dim; blocked like dot_all.
   void axpy_all(const kernel_table& kernels, const float* weights, std::size_t stride, std::size_t heads,
                 std::span<float> acc) const {
-    const std::size_t head_dim = layout_.head_dim, groups = layout_.groups();
     if (layout_.block_tokens == 1) {
-      head_sums_.assign(heads * groups, 0.0f); // here: the summed constant terms per head and group
       for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
-        for (std::size_t h = 0; h < heads; ++h)
-          kernels.axpy_records(format_, weights + h * stride + first, block.data(), count, acc.data() + h * head_dim,
-                               head_sums_.data() + h * groups);
+        kernels.axpy_records(format_, weights + first, stride, heads, block.data(), count, acc.data());
       });
-      for (std::size_t h = 0; h < heads; ++h)
-        for (std::size_t c = 0; c < head_dim; ++c)
-          acc[h * head_dim + c] += head_sums_[h * groups + c / layout_.group_channels];
       return;
     }
     // Per-channel blocks: sum_j w_j (s_c level(c_jc) + z_c) = s_c sum_j w_j level(c_jc) + z_c sum_j w_j.
-    for_each_channel_block([&](std::size_t first, std::size_t count) {
+    const std::size_t head_dim = layout_.head_dim;
+    scratch_.resize(heads * head_dim);
+    head_terms_.resize(heads);
+    for_each_channel_block(kernels, [&](std::size_t first, std::size_t count) {
+      std::fill_n(scratch_.begin(), heads * head_dim, 0.0f);
+      for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
+        kernels.axpy_records(format_, weights + first + offset, stride, heads, run.data(), n, scratch_.data());
+      });
       for (std::size_t h = 0; h < heads; ++h) {
         const float* w = weights + h * stride + first;
-        float weight_sum = 0.0f, level_constant = 0.0f;
+        float weight_sum = 0.0f;
         for (std::size_t j = 0; j < count; ++j) weight_sum += w[j];
-        std::fill_n(scratch_.begin(), head_dim, 0.0f);
-        for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
-          kernels.axpy_records(format_, w + offset, run.data(), n, scratch_.data(), &level_constant);
-        });
         for (std::size_t c = 0; c < head_dim; ++c)
-          acc[h * head_dim + c] +=
-              block_params_[c].scale * (scratch_[c] + level_constant) + block_params_[c].zero * weight_sum;
+          acc[h * head_dim + c] += block_scales_[c] * scratch_[h * head_dim + c] + block_zeros_[c] * weight_sum;
       }
     });
   }
@@ -294,13 +281,13 @@ private:
     return (tokens() + erased) / layout_.block_tokens;
   }
 
-  // Visits each per-channel block as (first token row, live rows) with its parameters read
-  // into block_params_.
+  // Visits each per-channel block as (first token row, live rows) with its scales and zeros
+  // read into block_scales_ and block_zeros_.
   template <class Visit>
-  void for_each_channel_block(Visit&& visit) const {
+  void for_each_channel_block(const kernel_table& kernels, Visit&& visit) const {
     const std::size_t blocks = block_sizes_.empty() ? tokens() / layout_.block_tokens : block_sizes_.size();
     for (std::size_t b = 0, first = 0; b < blocks; first += block_size(b), ++b) {
-      read_block_params(b);
+      read_block_terms(b, kernels);
       visit(first, block_size(b));
     }
   }
@@ -313,6 +300,25 @@ private:
       const std::size_t n = std::min(count - done, run.size() / format_.record_bytes);
       visit(done, run.first(n * format_.record_bytes), n);
       done += n;
+    }
+  }
+
+  // Scales and zeros of per-channel block `block` for the attention loops (1 and 0 for
+  // parameterless formats); fp16 ones converted by the kernels, 0 + 1 * x being exact.
+  void read_block_terms(std::size_t block, const kernel_table& kernels) const {
+    const std::size_t head_dim = layout_.head_dim, params = layout_.params_per_group, n = head_dim * params;
+    block_scales_.assign(head_dim, 1.0f);
+    block_zeros_.assign(head_dim, 0.0f);
+    if (!params_store_) return;
+    const auto record = params_store_->record(block);
+    param_values_.assign(n, 0.0f);
+    if (layout_.param_bytes == 4)
+      std::memcpy(param_values_.data(), record.data(), n * sizeof(float));
+    else
+      kernels.axpy_f16(1.0f, record.data(), n, param_values_.data());
+    for (std::size_t c = 0; c < head_dim; ++c) {
+      block_scales_[c] = param_values_[c * params];
+      if (params > 1) block_zeros_[c] = param_values_[c * params + 1];
     }
   }
 
@@ -388,9 +394,10 @@ private:
   std::vector<std::uint32_t> codes_;           // scratch: one block's codes before packing
   std::vector<std::uint8_t> record_;           // scratch: one record before it is stored
   // Scratch of the const attention calls: a stream is read by one thread at a time.
-  mutable std::vector<float> scratch_;             // scaled query, or one block's level sums
-  mutable std::vector<float> head_sums_;           // per head and group: query sums or constant terms
-  mutable std::vector<group_params> block_params_; // one per-channel block's parameters
+  mutable std::vector<float> scratch_;             // per head: scaled query, or one block's level sums
+  mutable std::vector<float> head_terms_;          // per head: one block's constant term
+  mutable std::vector<group_params> block_params_; // one per-channel block's parameters (reference decode)
+  mutable std::vector<float> block_scales_, block_zeros_, param_values_; // the same for attention
 };
 
 } // namespace kvlab

@@ -143,11 +143,8 @@ public:
   void dot_all(const kernel_table& kernels, std::span<const float> queries, std::size_t heads,
                std::span<float> scores) const {
     const std::size_t n = tokens(), body_start = sink_tokens(), window_start = body_start + body_tokens();
-    for (std::size_t h = 0; h < heads; ++h) {
-      const auto query = queries.subspan(h * head_dim_, head_dim_);
-      half_dot(kernels, sinks_, query, scores.subspan(h * n, body_start));
-      half_dot(kernels, window_, query, scores.subspan(h * n + window_start, window_tokens()));
-    }
+    half_dot(kernels, sinks_, queries, heads, scores.data(), n);
+    half_dot(kernels, window_, queries, heads, scores.data() + window_start, n);
     body_dot(body_, kernels, queries.first(heads * head_dim_), heads, scores.data() + body_start, n);
     if (demoted_)
       body_dot(*demoted_, kernels, queries.first(heads * head_dim_), heads, scores.data() + evictable_tokens(), n);
@@ -158,11 +155,8 @@ public:
   void axpy_all(const kernel_table& kernels, std::span<const float> weights, std::size_t heads,
                 std::span<float> acc) const {
     const std::size_t n = tokens(), body_start = sink_tokens(), window_start = body_start + body_tokens();
-    for (std::size_t h = 0; h < heads; ++h) {
-      const auto head_acc = acc.subspan(h * head_dim_, head_dim_);
-      half_axpy(kernels, sinks_, weights.subspan(h * n, body_start), head_acc);
-      half_axpy(kernels, window_, weights.subspan(h * n + window_start, window_tokens()), head_acc);
-    }
+    half_axpy(kernels, sinks_, weights.data(), n, heads, acc);
+    half_axpy(kernels, window_, weights.data() + window_start, n, heads, acc);
     body_axpy(body_, kernels, weights.data() + body_start, n, heads, acc);
     if (demoted_) body_axpy(*demoted_, kernels, weights.data() + evictable_tokens(), n, heads, acc);
   }
@@ -238,17 +232,18 @@ private:
   void read_half(const std::vector<std::uint16_t>& rows, std::size_t token, std::span<float> out) const {
     for (std::size_t c = 0; c < head_dim_; ++c) out[c] = half_bits_to_float(rows[token * head_dim_ + c]);
   }
-  void half_dot(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, std::span<const float> query,
-                std::span<float> scores) const {
-    if (scores.empty()) return;
-    kernels.dot_records(half_format_, query.data(), nullptr, reinterpret_cast<const std::uint8_t*>(rows.data()),
-                        scores.size(), scores.data());
+  // fp16 rows (sinks or window) for every head at once: scores[h * stride + t].
+  void half_dot(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, std::span<const float> queries,
+                std::size_t heads, float* scores, std::size_t stride) const {
+    if (rows.empty()) return;
+    kernels.dot_records(half_format_, queries.data(), heads, reinterpret_cast<const std::uint8_t*>(rows.data()),
+                        rows.size() / head_dim_, scores, stride);
   }
-  void half_axpy(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, std::span<const float> weights,
-                 std::span<float> acc) const {
-    if (weights.empty()) return;
-    kernels.axpy_records(half_format_, weights.data(), reinterpret_cast<const std::uint8_t*>(rows.data()),
-                         weights.size(), acc.data(), nullptr);
+  void half_axpy(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, const float* weights,
+                 std::size_t stride, std::size_t heads, std::span<float> acc) const {
+    if (rows.empty()) return;
+    kernels.axpy_records(half_format_, weights, stride, heads, reinterpret_cast<const std::uint8_t*>(rows.data()),
+                         rows.size() / head_dim_, acc.data());
   }
 
   quantized_body body_;

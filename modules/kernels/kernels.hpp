@@ -84,16 +84,17 @@ struct kernel_table {
   // parameters. Returns false, the record unspecified, when a parameter overflows fp16.
   bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                 std::uint8_t* record);
-  // Whole runs of records, the attention hot loop. group_query_sums[g] is the sum of the
-  // query over group g's channels (computed once per query by the caller).
-  // scores[t] = query . decoded(record t) for t < count
-  void (*dot_records)(const record_format& format, const float* query, const float* group_query_sums,
-                      const std::uint8_t* records, std::size_t count, float* scores);
-  // acc += sum over t < count of weights[t] * decoded(record t), except that the terms
-  // constant over a group (zeros, affine offsets) are added to group_constants[g] instead;
-  // the caller adds them to the group's channels once, after the last run.
-  void (*axpy_records)(const record_format& format, const float* weights, const std::uint8_t* records,
-                       std::size_t count, float* acc, float* group_constants);
+  // Whole runs of records for the `heads` query heads of one GQA group, the attention hot
+  // loop: each record is decoded once for all heads. Coded elements decode as
+  // scale * level + (zero, minus scale * offset for affine codes).
+  // scores[h * stride + t] = query_h . decoded(record t) for h < heads, t < count, where
+  // query_h is queries[h * head_dim, (h + 1) * head_dim).
+  void (*dot_records)(const record_format& format, const float* queries, std::size_t heads, const std::uint8_t* records,
+                      std::size_t count, float* scores, std::size_t stride);
+  // acc_h += sum over t < count of weights[h * stride + t] * decoded(record t) for h < heads,
+  // where acc_h is acc[h * head_dim, (h + 1) * head_dim).
+  void (*axpy_records)(const record_format& format, const float* weights, std::size_t stride, std::size_t heads,
+                       const std::uint8_t* records, std::size_t count, float* acc);
   // Raw float rows, possibly unaligned: f32, IEEE f16 and bf16 bit patterns.
   float (*dot_f32)(const float* query, const std::uint8_t* row, std::size_t n);
   void (*axpy_f32)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);

@@ -217,62 +217,55 @@ inline float record_param(const record_format& f, const std::uint8_t* record, st
   return half_bits_to_float(half);
 }
 
-inline float dot_records_one(const record_format& f, const float* query, const float* group_query_sums,
-                             const std::uint8_t* record) noexcept {
+// Calls use(i, value) for every element of a record: raw floats as stored, codes as
+// scale * level + constant per group (constant = zero, minus scale * offset for affine
+// codes), the form the SIMD kernels fold into one multiply-add.
+template <class Use>
+void for_each_value(const record_format& f, const std::uint8_t* record, Use&& use) noexcept {
   switch (f.kind) {
-  case element_kind::f32: return dot_f32(query, record, f.head_dim);
-  case element_kind::f16: return dot_f16(query, record, f.head_dim);
-  case element_kind::bf16: return dot_bf16(query, record, f.head_dim);
+  case element_kind::f32:
+    for (std::size_t i = 0; i < f.head_dim; ++i) use(i, load_f32(record, i));
+    return;
+  case element_kind::f16:
+    for (std::size_t i = 0; i < f.head_dim; ++i) use(i, load_f16(record, i));
+    return;
+  case element_kind::bf16:
+    for (std::size_t i = 0; i < f.head_dim; ++i) use(i, load_bf16(record, i));
+    return;
   case element_kind::affine_codes:
   case element_kind::table_codes: break;
   }
-  float score = 0.0f;
+  const bool affine = f.kind == element_kind::affine_codes;
   for (std::size_t g = 0; g < f.groups(); ++g) {
     const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
     const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
-    const float* q = query + g * f.group_channels;
-    const std::size_t first = g * f.group_channels;
-    if (f.kind == element_kind::affine_codes)
-      score += scale * dot_raw_codes(q, record, first, f.group_channels, f.bits) +
-               (zero - scale * f.offset) * group_query_sums[g];
-    else
-      score += scale * dot_codes(q, record, first, f.group_channels, f.bits, f.levels) + zero * group_query_sums[g];
-  }
-  return score;
-}
-
-inline void dot_records(const record_format& f, const float* query, const float* group_query_sums,
-                        const std::uint8_t* records, std::size_t count, float* scores) noexcept {
-  for (std::size_t t = 0; t < count; ++t)
-    scores[t] = dot_records_one(f, query, group_query_sums, records + t * f.record_bytes);
-}
-
-inline void axpy_records(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
-                         float* acc, float* group_constants) noexcept {
-  for (std::size_t t = 0; t < count; ++t) {
-    const std::uint8_t* record = records + t * f.record_bytes;
-    const float w = weights[t];
-    switch (f.kind) {
-    case element_kind::f32: axpy_f32(w, record, f.head_dim, acc); continue;
-    case element_kind::f16: axpy_f16(w, record, f.head_dim, acc); continue;
-    case element_kind::bf16: axpy_bf16(w, record, f.head_dim, acc); continue;
-    case element_kind::affine_codes:
-    case element_kind::table_codes: break;
-    }
-    for (std::size_t g = 0; g < f.groups(); ++g) {
-      const float scale = f.params_per_group > 0 ? record_param(f, record, g, 0) : 1.0f;
-      const float zero = f.params_per_group > 1 ? record_param(f, record, g, 1) : 0.0f;
-      float* out = acc + g * f.group_channels;
-      const std::size_t first = g * f.group_channels;
-      if (f.kind == element_kind::affine_codes) {
-        axpy_raw_codes(w * scale, record, first, f.group_channels, f.bits, out);
-        group_constants[g] += w * (zero - scale * f.offset);
-      } else {
-        axpy_codes(w * scale, record, first, f.group_channels, f.bits, f.levels, out);
-        group_constants[g] += w * zero;
-      }
+    const float constant = affine ? zero - scale * f.offset : zero;
+    for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; ++i) {
+      const unsigned code = code_at(record, i, f.bits);
+      use(i, scale * (affine ? static_cast<float>(code) : f.levels[code]) + constant);
     }
   }
+}
+
+inline void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
+                        std::size_t count, float* scores, std::size_t stride) noexcept {
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < count; ++t) {
+      const float* query = queries + h * f.head_dim;
+      float sum = 0.0f;
+      for_each_value(f, records + t * f.record_bytes, [&](std::size_t i, float value) { sum += query[i] * value; });
+      scores[h * stride + t] = sum;
+    }
+}
+
+inline void axpy_records(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
+                         const std::uint8_t* records, std::size_t count, float* acc) noexcept {
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < count; ++t) {
+      const float w = weights[h * stride + t];
+      float* out = acc + h * f.head_dim;
+      for_each_value(f, records + t * f.record_bytes, [&](std::size_t i, float value) { out[i] += w * value; });
+    }
 }
 
 } // namespace kvlab::kernels::scalar

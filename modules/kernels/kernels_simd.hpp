@@ -28,6 +28,14 @@ struct kernels {
       return _mm256_fmadd_ps(a, b, c);
   }
 
+  // c - a * b as one instruction.
+  static floats fnmadd(floats a, floats b, floats c) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_fnmadd_ps(a, b, c);
+    else
+      return _mm256_fnmadd_ps(a, b, c);
+  }
+
   static floats load_f32(const std::uint8_t* p) noexcept {
     return floats::load_unaligned(reinterpret_cast<const float*>(p));
   }
@@ -70,29 +78,16 @@ struct kernels {
     }
   }
 
-  // A dot product left unreduced: the vector of partial sums and the scalar tail's sum.
-  struct partial_dot {
-    floats lanes;
-    float tail;
-  };
-
   template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
             float (*scalar_load)(const std::uint8_t*, std::size_t)>
-  static partial_dot dot_row_partial(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
+  static float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
     floats sum(0.0f);
     std::size_t i = 0;
     for (; i + width <= n; i += width)
       sum = fmadd(floats::load_unaligned(query + i), load(row + i * element_bytes), sum);
     float tail = 0.0f;
     for (; i < n; ++i) tail += query[i] * scalar_load(row, i);
-    return {sum, tail};
-  }
-
-  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
-            float (*scalar_load)(const std::uint8_t*, std::size_t)>
-  static float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
-    const auto [lanes, tail] = dot_row_partial<load, element_bytes, scalar_load>(query, row, n);
-    return xsimd::hadd(lanes) + tail;
+    return xsimd::hadd(sum) + tail;
   }
 
   // Lane k of the result is the sum of rows[k]'s lanes. (xsimd 8.1's AVX-512 haddp returns
@@ -105,34 +100,25 @@ struct kernels {
   }
   static floats sum_each(const floats* rows) noexcept {
     if constexpr (is_avx512) {
-      __m256 halves[16];
-      for (std::size_t k = 0; k < 16; ++k)
-        halves[k] = _mm256_add_ps(_mm512_castps512_ps256(rows[k]), _mm512_extractf32x8_ps(rows[k], 1));
-      return _mm512_insertf32x8(_mm512_castps256_ps512(sum_each_of_8(halves)), sum_each_of_8(halves + 8), 1);
+      // A transposing tree: pairs of rows within 128-bit lanes, then quads, then across
+      // lanes; every row is summed in the same order wherever it sits.
+      __m512 pairs[8], quads[4];
+      for (std::size_t k = 0; k < 8; ++k)
+        pairs[k] = _mm512_add_ps(_mm512_unpacklo_ps(rows[2 * k], rows[2 * k + 1]),
+                                 _mm512_unpackhi_ps(rows[2 * k], rows[2 * k + 1]));
+      for (std::size_t k = 0; k < 4; ++k) {
+        const __m512d a = _mm512_castps_pd(pairs[2 * k]), b = _mm512_castps_pd(pairs[2 * k + 1]);
+        quads[k] =
+            _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+      }
+      const auto lanes = [](__m512 a, __m512 b) { // lanes 0+1 and 2+3 of a, then of b
+        return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+      };
+      return lanes(lanes(quads[0], quads[1]), lanes(quads[2], quads[3]));
     } else {
       __m256 plain[8];
       for (std::size_t k = 0; k < 8; ++k) plain[k] = rows[k];
       return sum_each_of_8(plain);
-    }
-  }
-
-  // scores[t] = reduce(dot(t)) for t < count, reducing `width` tokens at a time with one
-  // transposing horizontal add instead of one horizontal add per token. A short last batch
-  // is padded, so every token is reduced in the same order wherever it falls: results do
-  // not depend on how a caller splits a run of records.
-  template <class Dot>
-  static void reduce_tokens(std::size_t count, float* scores, Dot&& dot) noexcept {
-    floats rows[width];
-    alignas(64) float tails[width], sums[width];
-    for (std::size_t t = 0; t < count; t += width) {
-      const std::size_t batch = std::min(width, count - t);
-      for (std::size_t k = 0; k < width; ++k) {
-        const partial_dot d = k < batch ? dot(t + k) : partial_dot{floats(0.0f), 0.0f};
-        rows[k] = d.lanes;
-        tails[k] = d.tail;
-      }
-      (sum_each(rows) + floats::load_aligned(tails)).store_aligned(sums);
-      std::copy_n(sums, batch, scores + t);
     }
   }
 
@@ -521,263 +507,402 @@ struct kernels {
     return xsimd::all(worst <= floats(0.5f - 0x1p-14f));
   }
 
-  // --- Runs of records: the attention hot loop --------------------------------------
+  // --- Runs of records for the query heads of one GQA group: the attention hot loop ----
+  // Each record's values are decoded once per block of `width` code bytes (or `width`
+  // floats) and then used by every head, up to max_heads at a time with their sums in
+  // registers.
 
-  // Vector path: 8-bit codes in chunks of `width`, or 4-bit codes in blocks of 2 * width
-  // (one load of `width` bytes), with every group made of whole chunks or blocks.
-  static constexpr std::size_t max_split_head_dim = 1024;
-  static std::size_t block_elements(unsigned bits) noexcept { return bits == 4 ? 2 * width : width; }
+  static constexpr std::size_t max_heads = 4;
+  static constexpr std::size_t max_head_dim = 1024;
+  static constexpr std::size_t max_groups = 64;
+
+  // One core's hardware prefetcher does not keep a per-token loop fed from DRAM: each record
+  // asks for the lines that start inside the record about 2 KiB ahead, so every line is
+  // asked for once (prefetches never fault, so reaching past the run is harmless).
+  static constexpr std::size_t prefetch_distance = 2048;
+  static void prefetch_record(const std::uint8_t* record, std::size_t bytes) noexcept {
+    const std::uintptr_t first = reinterpret_cast<std::uintptr_t>(record) + prefetch_distance;
+    for (std::uintptr_t line = (first + 63) & ~std::uintptr_t{63}; line < first + bytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+  }
+
+  // scores[h * stride + t] = reduce(token(t))[h] for t < count and h < H, reducing `width`
+  // tokens at a time with one transposing horizontal add instead of one per token. A short
+  // last batch is padded, so every token is reduced in the same order wherever it falls:
+  // results do not depend on how a caller splits a run of records.
+  template <std::size_t H, class Token>
+  static void reduce_tokens(std::size_t count, float* scores, std::size_t stride, Token&& token) noexcept {
+    floats rows[H][width];
+    alignas(64) float tails[H][width], sums[width];
+    for (std::size_t t = 0; t < count; t += width) {
+      const std::size_t batch = std::min(width, count - t);
+      for (std::size_t k = 0; k < width; ++k) {
+        floats lanes[H];
+        float tail[H];
+        if (k < batch) {
+          token(t + k, lanes, tail);
+        } else {
+          std::fill_n(lanes, H, floats(0.0f));
+          std::fill_n(tail, H, 0.0f);
+        }
+        for (std::size_t h = 0; h < H; ++h) rows[h][k] = lanes[h], tails[h][k] = tail[h];
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        const floats total = sum_each(rows[h]) + floats::load_aligned(tails[h]);
+        if (batch == width) {
+          total.store_unaligned(scores + h * stride + t);
+        } else {
+          total.store_aligned(sums);
+          std::copy_n(sums, batch, scores + h * stride + t);
+        }
+      }
+    }
+  }
+
+  // Raw float rows: vectors of `width` elements, then a scalar tail.
+  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
+            float (*scalar_load)(const std::uint8_t*, std::size_t), std::size_t H>
+  static void dot_rows(const record_format& f, const float* queries, const std::uint8_t* records, std::size_t count,
+                       float* scores, std::size_t stride) noexcept {
+    const std::size_t n = f.head_dim, vector_end = n - n % width;
+    reduce_tokens<H>(count, scores, stride, [&](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
+      const std::uint8_t* row = records + t * f.record_bytes;
+      prefetch_record(row, f.record_bytes);
+      std::fill_n(sums, H, floats(0.0f));
+      for (std::size_t i = 0; i < vector_end; i += width) {
+        const floats values = load(row + i * element_bytes);
+        for (std::size_t h = 0; h < H; ++h)
+          sums[h] = fmadd(floats::load_unaligned(queries + h * n + i), values, sums[h]);
+      }
+      for (std::size_t h = 0; h < H; ++h) {
+        tails[h] = 0.0f;
+        for (std::size_t i = vector_end; i < n; ++i) tails[h] += queries[h * n + i] * scalar_load(row, i);
+      }
+    });
+  }
+
+  // acc[h * head_dim + i] += sum over t of weights[h * stride + t] * row_t[i], one vector
+  // of every head's accumulator in registers across the whole run.
+  template <floats (*load)(const std::uint8_t*), std::size_t element_bytes,
+            float (*scalar_load)(const std::uint8_t*, std::size_t), std::size_t H>
+  static void axpy_rows(const record_format& f, const float* weights, std::size_t stride, const std::uint8_t* records,
+                        std::size_t count, float* acc) noexcept {
+    constexpr std::size_t chunk = 16;
+    const std::size_t n = f.head_dim, vector_end = n - n % width;
+    for (std::size_t first = 0; first < count; first += chunk) {
+      const std::size_t tokens = std::min(chunk, count - first);
+      const std::uint8_t* rows = records + first * f.record_bytes;
+      for (std::size_t t = 0; t < tokens; ++t) prefetch_record(rows + t * f.record_bytes, f.record_bytes);
+      for (std::size_t i = 0; i < vector_end; i += width) {
+        floats sums[H];
+        for (std::size_t h = 0; h < H; ++h) sums[h] = floats::load_unaligned(acc + h * n + i);
+        for (std::size_t t = 0; t < tokens; ++t) {
+          const floats values = load(rows + t * f.record_bytes + i * element_bytes);
+          for (std::size_t h = 0; h < H; ++h) sums[h] = fmadd(floats(weights[h * stride + first + t]), values, sums[h]);
+        }
+        for (std::size_t h = 0; h < H; ++h) sums[h].store_unaligned(acc + h * n + i);
+      }
+    }
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t t = 0; t < count; ++t)
+        for (std::size_t i = vector_end; i < n; ++i)
+          acc[h * n + i] += weights[h * stride + t] * scalar_load(records + t * f.record_bytes, i);
+  }
+
+  // Coded records of 8-, 4- or 2-bit codes. A block is `width` code bytes; lane k of its
+  // j-th vector holds element per_byte * k + j of the block (code j of byte k). The kernels
+  // work in that "split order", so one byte load feeds per_byte vectors; queries and
+  // accumulators are reordered once per call. Values are scale * level + constant per
+  // group (constant = zero, minus scale * offset for affine codes), both folded into one
+  // multiply-add per vector, shared by every head.
+  static std::size_t codes_per_byte(unsigned bits) noexcept { return 8 / bits; }
   static bool vector_records(const record_format& f) noexcept {
-    return (f.bits == 8 || f.bits == 4) && f.group_channels % block_elements(f.bits) == 0 &&
-           f.head_dim <= max_split_head_dim;
+    if (f.bits != 8 && f.bits != 4 && f.bits != 2) return false;
+    const std::size_t per_byte = codes_per_byte(f.bits), block = per_byte * width, group = f.group_channels;
+    const bool blocks_fit_groups = group % block == 0 || (block % group == 0 && group % per_byte == 0);
+    return f.head_dim % block == 0 && f.head_dim <= max_head_dim &&
+           (f.params_per_group == 0 || (blocks_fit_groups && f.groups() <= max_groups));
+  }
+  // Lane k of vector j of each block is element PerByte * k + j: one strided gather (or
+  // scatter) per vector.
+  template <std::size_t PerByte>
+  static void split_order(const float* in, std::size_t n, float* out) noexcept {
+    const ints stride = lane_index() * ints(static_cast<std::int32_t>(PerByte));
+    for (std::size_t b = 0; b < n; b += PerByte * width)
+      for (std::size_t j = 0; j < PerByte; ++j) floats::gather(in + b + j, stride).store_aligned(out + b + j * width);
+  }
+  template <std::size_t PerByte>
+  static void merge_order(const float* in, std::size_t n, float* out) noexcept {
+    const ints stride = lane_index() * ints(static_cast<std::int32_t>(PerByte));
+    for (std::size_t b = 0; b < n; b += PerByte * width)
+      for (std::size_t j = 0; j < PerByte; ++j) floats::load_aligned(in + b + j * width).scatter(out + b + j, stride);
+  }
+  static ints lane_index() noexcept {
+    alignas(64) std::int32_t lanes[width];
+    for (std::size_t k = 0; k < width; ++k) lanes[k] = static_cast<std::int32_t>(k);
+    return ints::load_aligned(lanes);
+  }
+  static ints shift_right(ints x, unsigned n) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_srli_epi32(x, n);
+    else
+      return _mm256_srli_epi32(x, n);
+  }
+  static floats permute(floats x, ints index) noexcept {
+    if constexpr (is_avx512)
+      return _mm512_permutexvar_ps(index, x);
+    else
+      return _mm256_permutevar8x32_ps(x, index);
   }
 
-  // A 4-bit block holds element 2k in the low and 2k+1 in the high nibble of byte k. The
-  // kernels work in "split order" (per block: the even elements, then the odd ones), so one
-  // byte load feeds two vectors; the query (or the accumulator) is split once per call.
-  static void split_block_order(const float* in, std::size_t n, float* out) noexcept {
-    for (std::size_t b = 0; b < n; b += 2 * width)
-      for (std::size_t k = 0; k < width; ++k) {
-        out[b + k] = in[b + 2 * k];
-        out[b + width + k] = in[b + 2 * k + 1];
-      }
-  }
-  static void merge_block_order(const float* in, std::size_t n, float* out) noexcept {
-    for (std::size_t b = 0; b < n; b += 2 * width)
-      for (std::size_t k = 0; k < width; ++k) {
-        out[b + 2 * k] = in[b + k];
-        out[b + 2 * k + 1] = in[b + width + k];
-      }
-  }
-
-  // Unscaled values of the block starting at element i: `first` (8-bit: the only one) and,
-  // for 4-bit blocks, `second` (the odd elements).
-  template <bool affine, unsigned bits>
-  static void block_values(const std::uint8_t* record, std::size_t i, const small_table& table, const float* levels,
-                           floats& first, floats& second) noexcept {
-    ints low, high;
-    if constexpr (bits == 8) {
-      low = load_u8_codes(record + i);
-    } else {
-      const ints bytes = load_u8_codes(record + i / 2);
-      low = bytes & ints(0xf);
-      if constexpr (is_avx512)
-        high = _mm512_srli_epi32(bytes, 4);
-      else
-        high = _mm256_srli_epi32(bytes, 4);
-    }
-    const auto decode = [&](ints codes) -> floats {
-      if constexpr (affine)
-        return xsimd::to_float(codes);
-      else if constexpr (bits == 4)
-        return table(codes);
-      else
-        return floats::gather(levels, codes);
+  // Decodes the blocks of one record format (per call: tables and lane maps; per token:
+  // each group's scale and constant).
+  template <bool Affine, unsigned Bits>
+  struct coded_values {
+    static constexpr std::size_t per_byte = 8 / Bits, block = per_byte * width;
+    // Each group's scale and constant, padded so a vector load from any group stays inside.
+    struct terms {
+      alignas(64) float scales[max_groups + width], constants[max_groups + width];
     };
-    first = decode(low);
-    if constexpr (bits == 4) second = decode(high);
-  }
 
-  // The element layout of a coded run, fixed at compile time so the per-token loop has no
-  // branches on it: level kind, code width, parameter precision and count.
-  template <bool affine_, unsigned bits_, bool params_f32_, unsigned params_>
-  struct coded_layout {
-    static constexpr bool affine = affine_;
-    static constexpr unsigned bits = bits_;
-    static constexpr bool params_f32 = params_f32_;
-    static constexpr unsigned params = params_;
-    static constexpr std::size_t param_bytes = params_f32 ? 4 : 2;
+    const record_format& f;
+    small_table table;
+    bool whole_groups;          // every block inside one group (else: each block spans several)
+    bool one_load;              // fp16 parameters that one vector load ending at the record's end holds
+    ints lane_group;            // group of each lane, counted from the block's first group
+    ints scale_lane, zero_lane; // one_load: where group g's scale and zero land in that vector
+    floats fixed_constant;
+    std::uint16_t block_group[max_head_dim / width]; // first group of each block
 
-    static float read_param(const std::uint8_t* at) noexcept {
-      if constexpr (params_f32) {
-        float value;
-        std::memcpy(&value, at, 4);
-        return value;
-      } else {
-        std::uint16_t half;
-        std::memcpy(&half, at, 2);
-        return _cvtsh_ss(half);
+    explicit coded_values(const record_format& format)
+        : f(format), table(format.levels, Affine || Bits > 4 ? 0 : Bits),
+          whole_groups(format.group_channels % block == 0), fixed_constant(Affine ? -format.offset : 0.0f) {
+      const std::size_t groups = f.groups(), params = f.params_per_group, n = groups * params;
+      one_load = params > 0 && !f.params_f32 && n <= width && f.code_bytes() + 2 * n >= 2 * width;
+      alignas(64) std::int32_t lanes[width], scales[width], zeros[width];
+      for (std::size_t k = 0; k < width; ++k) {
+        lanes[k] = static_cast<std::int32_t>(per_byte * k / f.group_channels);
+        const std::size_t g = std::min(k, groups - 1); // lanes past the last group repeat it
+        scales[k] = static_cast<std::int32_t>(width - n + g * params);
+        zeros[k] = scales[k] + 1;
       }
+      lane_group = ints::load_aligned(lanes);
+      scale_lane = ints::load_aligned(scales);
+      zero_lane = ints::load_aligned(zeros);
+      for (std::size_t b = 0; b < f.head_dim / block; ++b)
+        block_group[b] = static_cast<std::uint16_t>(b * block / f.group_channels);
     }
-    // The n parameters starting at `at` as floats in `out`: fp16 ones four per instruction,
-    // the last four overlapping the previous ones rather than reading past the record.
-    static void read_params(const std::uint8_t* at, std::size_t n, float* out) noexcept {
-      if (params_f32 || n < 4) {
-        for (std::size_t j = 0; j < n; ++j) out[j] = read_param(at + j * param_bytes);
+
+    void read(const std::uint8_t* record, terms& out) const noexcept {
+      const std::size_t groups = f.groups(), params = f.params_per_group;
+      if (params == 0) return;
+      if (one_load) { // the common case: one conversion and two permutes per token
+        const floats all = load_f16(record + f.code_bytes() + 2 * groups * params - 2 * width);
+        const floats scales = permute(all, scale_lane), zeros = params > 1 ? permute(all, zero_lane) : floats(0.0f);
+        scales.store_aligned(out.scales);
+        (Affine ? fnmadd(scales, floats(f.offset), zeros) : zeros).store_aligned(out.constants);
         return;
       }
-      const auto four = [&](std::size_t j) {
-        _mm_storeu_ps(out + j, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at + 2 * j))));
-      };
-      for (std::size_t j = 0; j + 4 <= n; j += 4) four(j);
-      if (n % 4 != 0) four(n - 4);
+      alignas(64) float values[2 * max_groups];
+      read_params(record + f.code_bytes(), groups * params, f.params_f32, values);
+      for (std::size_t g = 0; g < groups; ++g) {
+        const float scale = values[g * params], zero = params > 1 ? values[g * params + 1] : 0.0f;
+        out.scales[g] = scale;
+        out.constants[g] = Affine ? zero - scale * f.offset : zero;
+      }
     }
-    // Scale and zero of the group whose parameters start at `at`.
-    static void read_group(const std::uint8_t* at, float& scale, float& zero) noexcept {
-      scale = params > 0 ? read_param(at) : 1.0f;
-      zero = params > 1 ? read_param(at + param_bytes) : 0.0f;
+
+    // The per_byte value vectors of block b.
+    void values(const std::uint8_t* record, std::size_t b, const terms& t, floats (&out)[per_byte]) const noexcept {
+      floats scale(1.0f), constant = fixed_constant;
+      if (f.params_per_group > 0) {
+        const std::size_t g = block_group[b];
+        if (whole_groups) {
+          scale = floats(t.scales[g]);
+          constant = floats(t.constants[g]);
+        } else {
+          scale = permute(floats::load_unaligned(t.scales + g), lane_group);
+          constant = permute(floats::load_unaligned(t.constants + g), lane_group);
+        }
+      }
+      const ints bytes = load_u8_codes(record + b * width);
+      for (std::size_t j = 0; j < per_byte; ++j) {
+        ints codes = j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits));
+        if (j + 1 < per_byte) codes = codes & ints((1 << Bits) - 1); // the last code is the byte's top bits
+        floats levels;
+        if constexpr (Affine)
+          levels = xsimd::to_float(codes);
+        else if constexpr (Bits <= 4)
+          levels = table(codes);
+        else
+          levels = floats::gather(f.levels, codes);
+        out[j] = fmadd(levels, scale, constant);
+      }
     }
   };
 
-  // Calls use.template operator()<coded_layout<...>>() for the layout of `f`.
-  template <class Use>
-  static void with_coded_layout(const record_format& f, Use&& use) noexcept {
-    const auto with_params = [&]<bool affine, unsigned bits>() {
-      if (f.params_f32) {
-        if (f.params_per_group == 2) return use.template operator()<coded_layout<affine, bits, true, 2>>();
-        if (f.params_per_group == 1) return use.template operator()<coded_layout<affine, bits, true, 1>>();
-        return use.template operator()<coded_layout<affine, bits, true, 0>>();
-      }
-      if (f.params_per_group == 2) return use.template operator()<coded_layout<affine, bits, false, 2>>();
-      if (f.params_per_group == 1) return use.template operator()<coded_layout<affine, bits, false, 1>>();
-      return use.template operator()<coded_layout<affine, bits, false, 0>>();
+  // n parameters (fp16 or f32) starting at `at` as floats: fp16 ones four per instruction,
+  // the last four overlapping the previous ones rather than reading past the record.
+  static void read_params(const std::uint8_t* at, std::size_t n, bool f32, float* out) noexcept {
+    if (f32) return static_cast<void>(std::memcpy(out, at, 4 * n));
+    if (n < 4) {
+      for (std::size_t j = 0; j < n; ++j) out[j] = scalar::load_f16(at, j);
+      return;
+    }
+    const auto four = [&](std::size_t j) {
+      _mm_storeu_ps(out + j, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at + 2 * j))));
     };
-    const bool affine = f.kind == element_kind::affine_codes;
-    if (f.bits == 8)
-      return affine ? with_params.template operator()<true, 8>() : with_params.template operator()<false, 8>();
-    return affine ? with_params.template operator()<true, 4>() : with_params.template operator()<false, 4>();
+    for (std::size_t j = 0; j + 4 <= n; j += 4) four(j);
+    if (n % 4 != 0) four(n - 4);
   }
 
-  // The loop is bound by vector-port work per token, so it carries as little else as
-  // possible: blocks per group fixed at compile time for the common shapes (Steps; 0 reads
-  // it at run time), and the affine offset term q . (-offset) folded into the start of
-  // each group's sum (`bias`, per group and lane, once per call) instead of a scalar
-  // multiply-add per group and token.
-  template <class L, std::size_t Steps>
-  static void dot_coded_run(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
-                            std::size_t count, float* scores) noexcept {
-    const small_table table(f.levels, L::affine || L::bits > 4 ? 0 : L::bits); // only 4-bit tables live in registers
-    alignas(64) float split_query[max_split_head_dim];
-    if constexpr (L::bits == 4) {
-      split_block_order(query, f.head_dim, split_query);
-      query = split_query;
-    }
-    const std::size_t groups = f.groups(), step = block_elements(L::bits);
-    const std::size_t steps = Steps > 0 ? Steps : f.group_channels / step;
-    const std::size_t code_bytes = f.code_bytes(), record_bytes = f.record_bytes;
-    const float* levels = f.levels;
-    alignas(64) float bias[max_split_head_dim]; // groups * width <= head_dim
-    for (std::size_t g = 0; g < groups; ++g) {
-      floats lanes(0.0f);
-      for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; i += width)
-        lanes += floats::load_unaligned(query + i);
-      (lanes * floats(L::affine ? -f.offset : 0.0f)).store_aligned(bias + g * width);
-    }
-    reduce_tokens(count, scores, [=, &table, &bias](std::size_t t) {
-      const std::uint8_t* record = records + t * record_bytes;
-      alignas(64) float params[L::params > 0 ? 2 * max_split_head_dim / width : 1]; // groups <= head_dim / width
-      L::read_params(record + code_bytes, groups * L::params, params);
-      floats total(0.0f);
-      float constant = 0.0f;
-      for (std::size_t g = 0, i = 0; g < groups; ++g) {
-        const float scale = L::params > 0 ? params[g * L::params] : 1.0f;
-        const float zero = L::params > 1 ? params[g * L::params + 1] : 0.0f;
-        floats group_sum = floats::load_aligned(bias + g * width);
-        for (std::size_t k = 0; k < steps; ++k, i += step) {
-          floats first, second;
-          block_values<L::affine, L::bits>(record, i, table, levels, first, second);
-          group_sum = fmadd(floats::load_unaligned(query + i), first, group_sum);
-          if constexpr (L::bits == 4) group_sum = fmadd(floats::load_unaligned(query + i + width), second, group_sum);
-        }
-        total = L::params > 0 ? fmadd(group_sum, floats(scale), total) : total + group_sum;
-        if constexpr (L::params > 1) constant += zero * sums[g];
-      }
-      return partial_dot{total, constant};
-    });
-  }
-
-  // The accumulator of a whole head (`Chunks` vectors) stays in registers across tokens;
-  // Chunks == 0 is the general case, accumulating in memory. 4-bit runs accumulate in
-  // split order and merge back at the end.
-  template <class L, std::size_t Chunks>
-  static void axpy_coded_run(const record_format& f, const float* weights, const std::uint8_t* records,
-                             std::size_t count, float* acc, float* group_constants) noexcept {
-    const small_table table(f.levels, L::affine || L::bits > 4 ? 0 : L::bits);
-    alignas(64) float work[max_split_head_dim];
-    if constexpr (L::bits == 4)
-      split_block_order(acc, f.head_dim, work);
-    else
-      std::memcpy(work, acc, f.head_dim * sizeof(float));
-    const std::size_t groups = f.groups(), group_channels = f.group_channels, step = block_elements(L::bits);
-    const std::size_t code_bytes = f.code_bytes(), group_param_bytes = L::params * L::param_bytes;
-    const float offset = f.offset;
-    floats registers[Chunks > 0 ? Chunks : 1];
-    if constexpr (Chunks > 0)
-      for (std::size_t k = 0; k < Chunks; ++k) registers[k] = floats::load_aligned(work + k * width);
-    const auto accumulate = [&](std::size_t chunk, floats alpha, floats values) {
-      if constexpr (Chunks > 0)
-        registers[chunk] = fmadd(alpha, values, registers[chunk]);
-      else
-        fmadd(alpha, values, floats::load_aligned(work + chunk * width)).store_aligned(work + chunk * width);
-    };
-    for (std::size_t t = 0; t < count; ++t) {
+  template <bool Affine, unsigned Bits, std::size_t H>
+  static void dot_coded(const record_format& f, const float* queries, const std::uint8_t* records, std::size_t count,
+                        float* scores, std::size_t stride) noexcept {
+    using values = coded_values<Affine, Bits>;
+    const values decode(f);
+    const std::size_t n = f.head_dim, blocks = n / values::block;
+    reduce_tokens<H>(count, scores, stride, [&](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
       const std::uint8_t* record = records + t * f.record_bytes;
-      const std::uint8_t* param = record + code_bytes;
-      const float w = weights[t];
-      for (std::size_t g = 0, i = 0; g < groups; ++g, param += group_param_bytes) {
-        float scale, zero;
-        L::read_group(param, scale, zero);
-        const floats alpha(w * scale);
-        for (const std::size_t end = i + group_channels; i < end; i += step) {
-          floats first, second;
-          block_values<L::affine, L::bits>(record, i, table, f.levels, first, second);
-          accumulate(i / width, alpha, first);
-          if constexpr (L::bits == 4) accumulate(i / width + 1, alpha, second);
-        }
-        group_constants[g] += w * (L::affine ? zero - scale * offset : zero);
+      prefetch_record(record, f.record_bytes);
+      typename values::terms terms;
+      decode.read(record, terms);
+      // Two sums per head (even and odd vectors) halve the chains of dependent multiply-adds.
+      floats even[H], odd[H];
+      std::fill_n(even, H, floats(0.0f));
+      std::fill_n(odd, H, floats(0.0f));
+      std::fill_n(tails, H, 0.0f);
+      for (std::size_t b = 0; b < blocks; ++b) {
+        floats v[values::per_byte];
+        decode.values(record, b, terms, v);
+        for (std::size_t j = 0; j < values::per_byte; ++j)
+          for (std::size_t h = 0; h < H; ++h) {
+            floats& sum = (b * values::per_byte + j) % 2 == 0 ? even[h] : odd[h];
+            sum = fmadd(floats::load_unaligned(queries + h * n + b * values::block + j * width), v[j], sum);
+          }
       }
-    }
-    if constexpr (Chunks > 0)
-      for (std::size_t k = 0; k < Chunks; ++k) registers[k].store_aligned(work + k * width);
-    if constexpr (L::bits == 4)
-      merge_block_order(work, f.head_dim, acc);
-    else
-      std::memcpy(acc, work, f.head_dim * sizeof(float));
-  }
-
-  static void dot_records(const record_format& f, const float* query, const float* sums, const std::uint8_t* records,
-                          std::size_t count, float* scores) noexcept {
-    const auto each_row = [&](auto dot) {
-      reduce_tokens(count, scores, [&](std::size_t t) { return dot(query, records + t * f.record_bytes, f.head_dim); });
-    };
-    switch (f.kind) {
-    case element_kind::f32: return each_row(dot_row_partial<&load_f32, 4, &scalar::load_f32>);
-    case element_kind::f16: return each_row(dot_row_partial<&load_f16, 2, &scalar::load_f16>);
-    case element_kind::bf16: return each_row(dot_row_partial<&load_bf16, 2, &scalar::load_bf16>);
-    case element_kind::affine_codes:
-    case element_kind::table_codes: break;
-    }
-    if (!vector_records(f)) return scalar::dot_records(f, query, sums, records, count, scores);
-    with_coded_layout(f, [&]<class L>() {
-      switch (f.group_channels / block_elements(L::bits)) {
-      case 1: return dot_coded_run<L, 1>(f, query, sums, records, count, scores);
-      case 2: return dot_coded_run<L, 2>(f, query, sums, records, count, scores);
-      case 4: return dot_coded_run<L, 4>(f, query, sums, records, count, scores);
-      default: return dot_coded_run<L, 0>(f, query, sums, records, count, scores);
-      }
+      for (std::size_t h = 0; h < H; ++h) sums[h] = even[h] + odd[h];
     });
   }
 
-  static void axpy_records(const record_format& f, const float* weights, const std::uint8_t* records, std::size_t count,
-                           float* acc, float* group_constants) noexcept {
-    const auto each_row = [&](auto axpy) {
-      for (std::size_t t = 0; t < count; ++t) axpy(weights[t], records + t * f.record_bytes, f.head_dim, acc);
+  // Block by block, every head's accumulators of the block in registers across a chunk of
+  // tokens, whose terms are read once.
+  template <bool Affine, unsigned Bits, std::size_t H>
+  static void axpy_coded(const record_format& f, const float* weights, std::size_t stride, const std::uint8_t* records,
+                         std::size_t count, float* acc) noexcept {
+    using values = coded_values<Affine, Bits>;
+    constexpr std::size_t chunk = 16, per_byte = values::per_byte;
+    const values decode(f);
+    const std::size_t n = f.head_dim, blocks = n / values::block;
+    typename values::terms terms[chunk];
+    for (std::size_t first = 0; first < count; first += chunk) {
+      const std::size_t tokens = std::min(chunk, count - first);
+      const std::uint8_t* chunk_records = records + first * f.record_bytes;
+      for (std::size_t t = 0; t < tokens; ++t) {
+        prefetch_record(chunk_records + t * f.record_bytes, f.record_bytes);
+        decode.read(chunk_records + t * f.record_bytes, terms[t]);
+      }
+      for (std::size_t b = 0; b < blocks; ++b) {
+        floats sums[H][per_byte];
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t j = 0; j < per_byte; ++j)
+            sums[h][j] = floats::load_unaligned(acc + h * n + b * values::block + j * width);
+        for (std::size_t t = 0; t < tokens; ++t) {
+          floats v[per_byte];
+          decode.values(chunk_records + t * f.record_bytes, b, terms[t], v);
+          for (std::size_t h = 0; h < H; ++h) {
+            const floats w(weights[h * stride + first + t]);
+            for (std::size_t j = 0; j < per_byte; ++j) sums[h][j] = fmadd(w, v[j], sums[h][j]);
+          }
+        }
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t j = 0; j < per_byte; ++j)
+            sums[h][j].store_unaligned(acc + h * n + b * values::block + j * width);
+      }
+    }
+  }
+
+  // Calls use.template operator()<H>() for the heads [h, h + H) of every pass.
+  template <class Use>
+  static void for_each_head_pass(std::size_t heads, Use&& use) noexcept {
+    for (std::size_t h = 0; h < heads; h += max_heads) {
+      switch (std::min(max_heads, heads - h)) {
+      case 1: use.template operator()<1>(h); break;
+      case 2: use.template operator()<2>(h); break;
+      case 3: use.template operator()<3>(h); break;
+      default: use.template operator()<4>(h); break;
+      }
+    }
+  }
+
+  // Calls use.template operator()<Affine, Bits>() for a format vector_records accepts.
+  template <class Use>
+  static void with_codes(const record_format& f, Use&& use) noexcept {
+    const auto with_bits = [&]<bool Affine>() {
+      if (f.bits == 8) return use.template operator()<Affine, 8>();
+      if (f.bits == 4) return use.template operator()<Affine, 4>();
+      return use.template operator()<Affine, 2>();
+    };
+    if (f.kind == element_kind::affine_codes) return with_bits.template operator()<true>();
+    return with_bits.template operator()<false>();
+  }
+
+  static void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
+                          std::size_t count, float* scores, std::size_t stride) noexcept {
+    const std::size_t n = f.head_dim;
+    const auto rows = [&]<floats (*load)(const std::uint8_t*), std::size_t bytes,
+                          float (*scalar_load)(const std::uint8_t*, std::size_t)>() {
+      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+        dot_rows<load, bytes, scalar_load, H>(f, queries + h * n, records, count, scores + h * stride, stride);
+      });
     };
     switch (f.kind) {
-    case element_kind::f32: return each_row(axpy_row<&load_f32, 4, &scalar::load_f32>);
-    case element_kind::f16: return each_row(axpy_row<&load_f16, 2, &scalar::load_f16>);
-    case element_kind::bf16: return each_row(axpy_row<&load_bf16, 2, &scalar::load_bf16>);
+    case element_kind::f32: return rows.template operator()<&load_f32, 4, &scalar::load_f32>();
+    case element_kind::f16: return rows.template operator()<&load_f16, 2, &scalar::load_f16>();
+    case element_kind::bf16: return rows.template operator()<&load_bf16, 2, &scalar::load_bf16>();
     case element_kind::affine_codes:
     case element_kind::table_codes: break;
     }
-    if (!vector_records(f)) return scalar::axpy_records(f, weights, records, count, acc, group_constants);
-    with_coded_layout(f, [&]<class L>() {
-      switch (f.head_dim / width) {
-      case 4: return axpy_coded_run<L, 4>(f, weights, records, count, acc, group_constants);
-      case 8: return axpy_coded_run<L, 8>(f, weights, records, count, acc, group_constants);
-      case 16: return axpy_coded_run<L, 16>(f, weights, records, count, acc, group_constants);
-      default: return axpy_coded_run<L, 0>(f, weights, records, count, acc, group_constants);
-      }
+    if (!vector_records(f)) return scalar::dot_records(f, queries, heads, records, count, scores, stride);
+    with_codes(f, [&]<bool Affine, unsigned Bits>() {
+      constexpr std::size_t per_byte = 8 / Bits;
+      alignas(64) float split[per_byte > 1 ? max_heads * max_head_dim : 1]; // 8-bit codes are in order
+      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+        if constexpr (per_byte == 1)
+          return dot_coded<Affine, Bits, H>(f, queries + h * n, records, count, scores + h * stride, stride);
+        for (std::size_t k = 0; k < H; ++k) split_order<per_byte>(queries + (h + k) * n, n, split + k * n);
+        dot_coded<Affine, Bits, H>(f, split, records, count, scores + h * stride, stride);
+      });
+    });
+  }
+
+  static void axpy_records(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
+                           const std::uint8_t* records, std::size_t count, float* acc) noexcept {
+    const std::size_t n = f.head_dim;
+    const auto rows = [&]<floats (*load)(const std::uint8_t*), std::size_t bytes,
+                          float (*scalar_load)(const std::uint8_t*, std::size_t)>() {
+      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+        axpy_rows<load, bytes, scalar_load, H>(f, weights + h * stride, stride, records, count, acc + h * n);
+      });
+    };
+    switch (f.kind) {
+    case element_kind::f32: return rows.template operator()<&load_f32, 4, &scalar::load_f32>();
+    case element_kind::f16: return rows.template operator()<&load_f16, 2, &scalar::load_f16>();
+    case element_kind::bf16: return rows.template operator()<&load_bf16, 2, &scalar::load_bf16>();
+    case element_kind::affine_codes:
+    case element_kind::table_codes: break;
+    }
+    if (!vector_records(f)) return scalar::axpy_records(f, weights, stride, heads, records, count, acc);
+    with_codes(f, [&]<bool Affine, unsigned Bits>() {
+      constexpr std::size_t per_byte = 8 / Bits;
+      alignas(64) float split[per_byte > 1 ? max_heads * max_head_dim : 1];
+      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+        if constexpr (per_byte == 1)
+          return axpy_coded<Affine, Bits, H>(f, weights + h * stride, stride, records, count, acc + h * n);
+        for (std::size_t k = 0; k < H; ++k) split_order<per_byte>(acc + (h + k) * n, n, split + k * n);
+        axpy_coded<Affine, Bits, H>(f, weights + h * stride, stride, records, count, split);
+        for (std::size_t k = 0; k < H; ++k) merge_order<per_byte>(split + k * n, n, acc + (h + k) * n);
+      });
     });
   }
 
