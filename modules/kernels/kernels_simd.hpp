@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <immintrin.h>
+#include <numeric>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
@@ -712,6 +713,22 @@ struct kernels {
       }
     }
 
+    // The per_byte vectors of unscaled levels of block b (for one head, which applies each
+    // group's scale and constant once per group instead of once per vector).
+    void levels(const std::uint8_t* record, std::size_t b, floats (&out)[per_byte]) const noexcept {
+      const ints bytes = load_u8_codes(record + b * width);
+      for (std::size_t j = 0; j < per_byte; ++j) {
+        ints codes = j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits));
+        if (j + 1 < per_byte) codes = codes & ints((1 << Bits) - 1); // the last code is the byte's top bits
+        if constexpr (Affine)
+          out[j] = xsimd::to_float(codes);
+        else if constexpr (Bits <= 4)
+          out[j] = table(codes);
+        else
+          out[j] = floats::gather(f.levels, codes);
+      }
+    }
+
     // The per_byte value vectors of block b.
     void values(const std::uint8_t* record, std::size_t b, const terms& t, floats (&out)[per_byte]) const noexcept {
       floats scale(1.0f), constant = fixed_constant;
@@ -725,19 +742,8 @@ struct kernels {
           constant = permute(floats::load_unaligned(t.constants + g), lane_group);
         }
       }
-      const ints bytes = load_u8_codes(record + b * width);
-      for (std::size_t j = 0; j < per_byte; ++j) {
-        ints codes = j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits));
-        if (j + 1 < per_byte) codes = codes & ints((1 << Bits) - 1); // the last code is the byte's top bits
-        floats levels;
-        if constexpr (Affine)
-          levels = xsimd::to_float(codes);
-        else if constexpr (Bits <= 4)
-          levels = table(codes);
-        else
-          levels = floats::gather(f.levels, codes);
-        out[j] = fmadd(levels, scale, constant);
-      }
+      levels(record, b, out);
+      for (std::size_t j = 0; j < per_byte; ++j) out[j] = fmadd(out[j], scale, constant);
     }
   };
 
@@ -762,6 +768,9 @@ struct kernels {
     using values = coded_values<Affine, Bits>;
     const values decode(f);
     const std::size_t n = f.head_dim, blocks = n / values::block;
+    if constexpr (H == 1)
+      if (decode.whole_groups && f.params_per_group > 0)
+        return dot_coded_one_head<Affine, Bits>(decode, queries, records, count, scores);
     reduce_tokens<H>(count, scores, stride, [&](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
       const std::uint8_t* record = records + t * f.record_bytes;
       prefetch_record(record, f.record_bytes);
@@ -782,6 +791,41 @@ struct kernels {
           }
       }
       for (std::size_t h = 0; h < H; ++h) sums[h] = even[h] + odd[h];
+    });
+  }
+
+  // One head over groups of whole blocks: q . (s L + c) = s (q . L) + c (sum of q) per group,
+  // so each vector costs one multiply-add and each group one more, and the constant terms
+  // are one scalar per group (the query's group sums are taken once per call).
+  template <bool Affine, unsigned Bits>
+  static void dot_coded_one_head(const coded_values<Affine, Bits>& decode, const float* query,
+                                 const std::uint8_t* records, std::size_t count, float* scores) noexcept {
+    using values = coded_values<Affine, Bits>;
+    const record_format& f = decode.f;
+    const std::size_t groups = f.groups(), blocks_per_group = f.group_channels / values::block;
+    alignas(64) float query_sums[max_groups];
+    for (std::size_t g = 0; g < groups; ++g)
+      query_sums[g] = std::accumulate(query + g * f.group_channels, query + (g + 1) * f.group_channels, 0.0f);
+    reduce_tokens<1>(count, scores, 0, [&](std::size_t t, floats(&sums)[1], float(&tails)[1]) {
+      const std::uint8_t* record = records + t * f.record_bytes;
+      prefetch_record(record, f.record_bytes);
+      typename values::terms terms;
+      decode.read(record, terms);
+      floats total(0.0f);
+      float constant = 0.0f;
+      for (std::size_t g = 0; g < groups; ++g) {
+        floats part(0.0f);
+        for (std::size_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+          floats levels[values::per_byte];
+          decode.levels(record, b, levels);
+          for (std::size_t j = 0; j < values::per_byte; ++j)
+            part = fmadd(floats::load_unaligned(query + b * values::block + j * width), levels[j], part);
+        }
+        total = fmadd(part, floats(terms.scales[g]), total);
+        constant += terms.constants[g] * query_sums[g];
+      }
+      sums[0] = total;
+      tails[0] = constant;
     });
   }
 
