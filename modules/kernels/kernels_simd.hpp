@@ -769,8 +769,14 @@ struct kernels {
     const values decode(f);
     const std::size_t n = f.head_dim, blocks = n / values::block;
     if constexpr (H == 1)
-      if (decode.whole_groups && f.params_per_group > 0)
-        return dot_coded_one_head<Affine, Bits>(decode, queries, records, count, scores);
+      if (decode.whole_groups && f.params_per_group > 0) {
+        switch (f.group_channels / values::block) {
+        case 1: return dot_coded_one_head<Affine, Bits, 1>(decode, queries, records, count, scores);
+        case 2: return dot_coded_one_head<Affine, Bits, 2>(decode, queries, records, count, scores);
+        case 4: return dot_coded_one_head<Affine, Bits, 4>(decode, queries, records, count, scores);
+        default: return dot_coded_one_head<Affine, Bits, 0>(decode, queries, records, count, scores);
+        }
+      }
     reduce_tokens<H>(count, scores, stride, [&](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
       const std::uint8_t* record = records + t * f.record_bytes;
       prefetch_record(record, f.record_bytes);
@@ -795,15 +801,18 @@ struct kernels {
   }
 
   // One head over groups of whole blocks: q . (s L + c) = s (q . L) + c (sum of q) per group,
-  // so each vector costs one multiply-add and each group one more, and the constant terms
-  // are one scalar per group (the query's group sums are taken once per call).
-  template <bool Affine, unsigned Bits>
+  // so each vector costs one multiply-add and each group one more; the constant terms are
+  // one vector multiply with the query's group sums (taken once per call). Blocks per group
+  // are fixed at compile time for the common shapes (0: known at run time).
+  template <bool Affine, unsigned Bits, std::size_t BlocksPerGroup>
   static void dot_coded_one_head(const coded_values<Affine, Bits>& decode, const float* query,
                                  const std::uint8_t* records, std::size_t count, float* scores) noexcept {
     using values = coded_values<Affine, Bits>;
     const record_format& f = decode.f;
-    const std::size_t groups = f.groups(), blocks_per_group = f.group_channels / values::block;
-    alignas(64) float query_sums[max_groups];
+    const std::size_t groups = f.groups();
+    const std::size_t blocks_per_group = BlocksPerGroup ? BlocksPerGroup : f.group_channels / values::block;
+    alignas(64) float query_sums[max_groups + width] = {};
+    const floats lanes = xsimd::to_float(lane_index());
     for (std::size_t g = 0; g < groups; ++g)
       query_sums[g] = std::accumulate(query + g * f.group_channels, query + (g + 1) * f.group_channels, 0.0f);
     reduce_tokens<1>(count, scores, 0, [&](std::size_t t, floats(&sums)[1], float(&tails)[1]) {
@@ -812,20 +821,25 @@ struct kernels {
       typename values::terms terms;
       decode.read(record, terms);
       floats total(0.0f);
-      float constant = 0.0f;
       for (std::size_t g = 0; g < groups; ++g) {
         floats part(0.0f);
-        for (std::size_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+        const float* q = query + g * blocks_per_group * values::block;
+        for (std::size_t b = 0; b < blocks_per_group; ++b) {
           floats levels[values::per_byte];
-          decode.levels(record, b, levels);
+          decode.levels(record, g * blocks_per_group + b, levels);
           for (std::size_t j = 0; j < values::per_byte; ++j)
-            part = fmadd(floats::load_unaligned(query + b * values::block + j * width), levels[j], part);
+            part = fmadd(floats::load_unaligned(q + b * values::block + j * width), levels[j], part);
         }
         total = fmadd(part, floats(terms.scales[g]), total);
-        constant += terms.constants[g] * query_sums[g];
+      }
+      // Lanes past the last group are masked (their constants may be any bits, NaN included).
+      for (std::size_t g = 0; g < groups; g += width) {
+        const auto in_range = lanes < floats(static_cast<float>(groups - g));
+        const floats constants = xsimd::select(in_range, floats::load_unaligned(terms.constants + g), floats(0.0f));
+        total = fmadd(constants, floats::load_aligned(query_sums + g), total);
       }
       sums[0] = total;
-      tails[0] = constant;
+      tails[0] = 0.0f;
     });
   }
 
