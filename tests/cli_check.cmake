@@ -2,6 +2,7 @@
 # regular expression ${EXPECT}, and each JSON_BELOW (JSON_ABOVE) entry "field=limit" is a
 # number below (above) limit. CLEAN: a folder removed first.
 cmake_policy(VERSION 3.28)
+include(${CMAKE_CURRENT_LIST_DIR}/check_helpers.cmake)
 if(CLEAN)
   file(REMOVE_RECURSE ${CLEAN})
 endif()
@@ -28,9 +29,8 @@ foreach(check ${JSON_BELOW} ${JSON_ABOVE})
   if(NOT value MATCHES "^-?[0-9]")
     message(FATAL_ERROR "${field} = ${value} is not a number\n${out}")
   endif()
-  # CMake compares only integers; awk compares the decimal numbers.
-  execute_process(COMMAND sh -c "awk 'BEGIN{exit !(${value} ${relation} ${limit})}'" RESULT_VARIABLE holds)
-  if(NOT holds EQUAL 0)
+  kvlab_compare(holds ${value} ${relation} ${limit})
+  if(NOT holds)
     message(FATAL_ERROR "${field} = ${value} is not ${relation} ${limit}\n${out}")
   endif()
   message(STATUS "${field} = ${value} ${relation} ${limit}")

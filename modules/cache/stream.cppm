@@ -101,13 +101,14 @@ public:
     check_evictable(sorted_tokens);
     const std::size_t body_start = sink_tokens(), window_start = body_start + body_tokens();
     std::vector<std::size_t> sinks, body, window;
-    for (const std::size_t t : sorted_tokens)
-      (t < body_start     ? sinks
-       : t < window_start ? body
-                          : window)
-          .push_back(t < body_start     ? t
-                     : t < window_start ? t - body_start
-                                        : t - window_start);
+    for (const std::size_t t : sorted_tokens) {
+      if (t < body_start)
+        sinks.push_back(t);
+      else if (t < window_start)
+        body.push_back(t - body_start);
+      else
+        window.push_back(t - window_start);
+    }
     erase_rows(sinks_, sinks);
     body_.erase(body);
     erase_rows(window_, window);
