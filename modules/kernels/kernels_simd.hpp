@@ -566,18 +566,34 @@ struct kernels {
   static void dot_rows(const record_format& f, const float* queries, const std::uint8_t* records, std::size_t count,
                        float* scores, std::size_t stride) noexcept {
     const std::size_t n = f.head_dim, vector_end = n - n % width;
-    reduce_tokens<H>(count, scores, stride, [&](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
-      const std::uint8_t* row = records + t * f.record_bytes;
-      prefetch_record(row, f.record_bytes);
-      std::fill_n(sums, H, floats(0.0f));
-      for (std::size_t i = 0; i < vector_end; i += width) {
-        const floats values = load(row + i * element_bytes);
-        for (std::size_t h = 0; h < H; ++h)
-          sums[h] = fmadd(floats::load_unaligned(queries + h * n + i), values, sums[h]);
+    const std::size_t record_bytes = f.record_bytes;
+    reduce_tokens<H>(count, scores, stride, [=](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
+      const std::uint8_t* row = records + t * record_bytes;
+      prefetch_record(row, record_bytes);
+      // Local sums, stored once: stores through `sums` would force every
+      // captured value to be reloaded after each multiply-add.
+      // Even and odd vectors in separate sums: twice the independent
+      // multiply-add chains.
+      floats even[H], odd[H];
+      std::fill_n(even, H, floats(0.0f));
+      std::fill_n(odd, H, floats(0.0f));
+      std::size_t i = 0;
+      for (; i + 2 * width <= vector_end; i += 2 * width) {
+        const floats first = load(row + i * element_bytes);
+        const floats second = load(row + (i + width) * element_bytes);
+        for (std::size_t h = 0; h < H; ++h) {
+          even[h] = fmadd(floats::load_unaligned(queries + h * n + i), first, even[h]);
+          odd[h] = fmadd(floats::load_unaligned(queries + h * n + i + width), second, odd[h]);
+        }
       }
+      if (i < vector_end)
+        for (std::size_t h = 0; h < H; ++h)
+          even[h] = fmadd(floats::load_unaligned(queries + h * n + i), load(row + i * element_bytes), even[h]);
       for (std::size_t h = 0; h < H; ++h) {
-        tails[h] = 0.0f;
-        for (std::size_t i = vector_end; i < n; ++i) tails[h] += queries[h * n + i] * scalar_load(row, i);
+        float tail = 0.0f;
+        for (std::size_t i = vector_end; i < n; ++i) tail += queries[h * n + i] * scalar_load(row, i);
+        sums[h] = even[h] + odd[h];
+        tails[h] = tail;
       }
     });
   }
@@ -594,15 +610,28 @@ struct kernels {
       const std::size_t tokens = std::min(chunk, count - first);
       const std::uint8_t* rows = records + first * f.record_bytes;
       for (std::size_t t = 0; t < tokens; ++t) prefetch_record(rows + t * f.record_bytes, f.record_bytes);
-      for (std::size_t i = 0; i < vector_end; i += width) {
-        floats sums[H];
-        for (std::size_t h = 0; h < H; ++h) sums[h] = floats::load_unaligned(acc + h * n + i);
+      // V vectors per pass give every pass at least 8 independent multiply-add chains (fewer
+      // would wait on the multiply-add latency); a last odd vector takes a pass of its own.
+      const auto pass = [&]<std::size_t V>(std::size_t i) __attribute__((always_inline)) {
+        floats sums[H][V];
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t v = 0; v < V; ++v) sums[h][v] = floats::load_unaligned(acc + h * n + i + v * width);
         for (std::size_t t = 0; t < tokens; ++t) {
-          const floats values = load(rows + t * f.record_bytes + i * element_bytes);
-          for (std::size_t h = 0; h < H; ++h) sums[h] = fmadd(floats(weights[h * stride + first + t]), values, sums[h]);
+          const std::uint8_t* row = rows + t * f.record_bytes + i * element_bytes;
+          floats values[V];
+          for (std::size_t v = 0; v < V; ++v) values[v] = load(row + v * width * element_bytes);
+          for (std::size_t h = 0; h < H; ++h) {
+            const floats weight(weights[h * stride + first + t]);
+            for (std::size_t v = 0; v < V; ++v) sums[h][v] = fmadd(weight, values[v], sums[h][v]);
+          }
         }
-        for (std::size_t h = 0; h < H; ++h) sums[h].store_unaligned(acc + h * n + i);
-      }
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t v = 0; v < V; ++v) sums[h][v].store_unaligned(acc + h * n + i + v * width);
+      };
+      constexpr std::size_t per_pass = std::max<std::size_t>(1, 8 / H);
+      std::size_t i = 0;
+      for (; i + per_pass * width <= vector_end; i += per_pass * width) pass.template operator()<per_pass>(i);
+      for (; i < vector_end; i += width) pass.template operator()<1>(i);
     }
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t t = 0; t < count; ++t)
@@ -656,6 +685,10 @@ struct kernels {
       return _mm256_permutevar8x32_ps(x, index);
   }
 
+  // How a block's lanes find their parameters: none (rows whose parameters the caller
+  // folded in), one group per block, or several groups per block (a lane permute).
+  enum class param_shape { none, whole, spanning };
+
   // Decodes the blocks of one record format (per call: tables and lane maps; per token:
   // each group's scale and constant).
   template <bool Affine, unsigned Bits>
@@ -668,18 +701,21 @@ struct kernels {
 
     const record_format& f;
     small_table table;
-    bool whole_groups;          // every block inside one group (else: each block spans several)
-    bool one_load;              // fp16 parameters that one vector load ending at the record's end holds
-    ints lane_group;            // group of each lane, counted from the block's first group
-    ints scale_lane, zero_lane; // one_load: where group g's scale and zero land in that vector
+    bool whole_groups;             // every block inside one group (else: each block spans several)
+    std::size_t groups, params_at; // per token, no division: groups, and where parameters start
+    bool one_load;                 // fp16 parameters that one vector load ending at the record's end holds
+    ints lane_group;               // group of each lane, counted from the block's first group
+    ints scale_lane, zero_lane;    // one_load: where group g's scale and zero land in that vector
     floats fixed_constant;
     std::uint16_t block_group[max_head_dim / width]; // first group of each block
 
     explicit coded_values(const record_format& format)
         : f(format), table(format.levels, Affine || Bits > 4 ? 0 : Bits),
           whole_groups(format.group_channels % block == 0), fixed_constant(Affine ? -format.offset : 0.0f) {
-      const std::size_t groups = f.groups(), params = f.params_per_group, n = groups * params;
-      one_load = params > 0 && !f.params_f32 && n <= width && f.code_bytes() + 2 * n >= 2 * width;
+      groups = f.groups();
+      params_at = f.code_bytes();
+      const std::size_t params = f.params_per_group, n = groups * params;
+      one_load = params > 0 && !f.params_f32 && n <= width && params_at + 2 * n >= 2 * width;
       alignas(64) std::int32_t lanes[width], scales[width], zeros[width];
       for (std::size_t k = 0; k < width; ++k) {
         lanes[k] = static_cast<std::int32_t>(per_byte * k / f.group_channels);
@@ -695,17 +731,17 @@ struct kernels {
     }
 
     void read(const std::uint8_t* record, terms& out) const noexcept {
-      const std::size_t groups = f.groups(), params = f.params_per_group;
+      const std::size_t params = f.params_per_group;
       if (params == 0) return;
       if (one_load) { // the common case: one conversion and two permutes per token
-        const floats all = load_f16(record + f.code_bytes() + 2 * groups * params - 2 * width);
+        const floats all = load_f16(record + params_at + 2 * groups * params - 2 * width);
         const floats scales = permute(all, scale_lane), zeros = params > 1 ? permute(all, zero_lane) : floats(0.0f);
         scales.store_aligned(out.scales);
         (Affine ? fnmadd(scales, floats(f.offset), zeros) : zeros).store_aligned(out.constants);
         return;
       }
       alignas(64) float values[2 * max_groups];
-      read_params(record + f.code_bytes(), groups * params, f.params_f32, values);
+      read_params(record + params_at, groups * params, f.params_f32, values);
       for (std::size_t g = 0; g < groups; ++g) {
         const float scale = values[g * params], zero = params > 1 ? values[g * params + 1] : 0.0f;
         out.scales[g] = scale;
@@ -729,23 +765,52 @@ struct kernels {
       }
     }
 
-    // The per_byte value vectors of block b.
+    // The per_byte value vectors of block b, parameters laid out as Shape says (a template
+    // argument, so the hot loops carry no branch on it).
+    template <param_shape Shape>
     void values(const std::uint8_t* record, std::size_t b, const terms& t, floats (&out)[per_byte]) const noexcept {
-      floats scale(1.0f), constant = fixed_constant;
-      if (f.params_per_group > 0) {
+      levels(record, b, out);
+      if constexpr (Shape == param_shape::none) {
+        // scale 1: the constant alone (level * 1 + constant rounds as level + constant)
+        if constexpr (Affine)
+          for (std::size_t j = 0; j < per_byte; ++j) out[j] = out[j] + fixed_constant;
+        return;
+      } else {
         const std::size_t g = block_group[b];
-        if (whole_groups) {
+        floats scale, constant;
+        if constexpr (Shape == param_shape::whole) {
           scale = floats(t.scales[g]);
           constant = floats(t.constants[g]);
         } else {
           scale = permute(floats::load_unaligned(t.scales + g), lane_group);
           constant = permute(floats::load_unaligned(t.constants + g), lane_group);
         }
+        for (std::size_t j = 0; j < per_byte; ++j) out[j] = fmadd(out[j], scale, constant);
       }
-      levels(record, b, out);
-      for (std::size_t j = 0; j < per_byte; ++j) out[j] = fmadd(out[j], scale, constant);
+    }
+
+    param_shape shape() const noexcept {
+      if (f.params_per_group == 0) return param_shape::none;
+      return whole_groups ? param_shape::whole : param_shape::spanning;
     }
   };
+
+  // Calls use.template operator()<Blocks, Shape>() with the record's parameter shape, and
+  // with its number of blocks fixed at compile time for head_dim 128 (0: known at run time),
+  // so the common shapes get fully unrolled loops with every sum in a register.
+  template <bool Affine, unsigned Bits, class Use>
+  static void with_layout(const coded_values<Affine, Bits>& decode, Use&& use) noexcept {
+    constexpr std::size_t blocks_of_128 = 128 / coded_values<Affine, Bits>::block;
+    const auto with_shape = [&]<std::size_t Blocks>() {
+      switch (decode.shape()) {
+      case param_shape::none: return use.template operator()<Blocks, param_shape::none>();
+      case param_shape::whole: return use.template operator()<Blocks, param_shape::whole>();
+      case param_shape::spanning: return use.template operator()<Blocks, param_shape::spanning>();
+      }
+    };
+    if (decode.f.head_dim == 128) return with_shape.template operator()<blocks_of_128>();
+    with_shape.template operator()<0>();
+  }
 
   // n parameters (fp16 or f32) starting at `at` as floats: fp16 ones four per instruction,
   // the last four overlapping the previous ones rather than reading past the record.
@@ -767,57 +832,77 @@ struct kernels {
                         float* scores, std::size_t stride) noexcept {
     using values = coded_values<Affine, Bits>;
     const values decode(f);
-    const std::size_t n = f.head_dim, blocks = n / values::block;
     if constexpr (H == 1)
-      if (decode.whole_groups && f.params_per_group > 0) {
-        switch (f.group_channels / values::block) {
-        case 1: return dot_coded_one_head<Affine, Bits, 1>(decode, queries, records, count, scores);
-        case 2: return dot_coded_one_head<Affine, Bits, 2>(decode, queries, records, count, scores);
-        case 4: return dot_coded_one_head<Affine, Bits, 4>(decode, queries, records, count, scores);
-        default: return dot_coded_one_head<Affine, Bits, 0>(decode, queries, records, count, scores);
-        }
-      }
+      if (decode.shape() == param_shape::whole)
+        return with_layout(decode, [&]<std::size_t Blocks, param_shape>() {
+          switch (f.group_channels / values::block) {
+          case 1: return dot_coded_one_head<Affine, Bits, Blocks, 1>(decode, queries, records, count, scores);
+          case 2: return dot_coded_one_head<Affine, Bits, Blocks, 2>(decode, queries, records, count, scores);
+          case 4: return dot_coded_one_head<Affine, Bits, Blocks, 4>(decode, queries, records, count, scores);
+          case 8: return dot_coded_one_head<Affine, Bits, Blocks, 8>(decode, queries, records, count, scores);
+          default: return dot_coded_one_head<Affine, Bits, 0, 0>(decode, queries, records, count, scores);
+          }
+        });
+    with_layout(decode, [&]<std::size_t Blocks, param_shape Shape>() {
+      dot_coded_heads<Affine, Bits, H, Blocks, Shape>(decode, queries, records, count, scores, stride);
+    });
+  }
+
+  template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape>
+  static void dot_coded_heads(const coded_values<Affine, Bits>& decode, const float* queries,
+                              const std::uint8_t* records, std::size_t count, float* scores,
+                              std::size_t stride) noexcept {
+    using values = coded_values<Affine, Bits>;
+    const std::size_t n = decode.f.head_dim, blocks = Blocks ? Blocks : n / values::block;
+    const std::size_t record_bytes = decode.f.record_bytes;
     reduce_tokens<H>(count, scores, stride, [&](std::size_t t, floats(&sums)[H], float(&tails)[H]) {
-      const std::uint8_t* record = records + t * f.record_bytes;
-      prefetch_record(record, f.record_bytes);
+      const std::uint8_t* record = records + t * record_bytes;
+      prefetch_record(record, record_bytes);
       typename values::terms terms;
-      decode.read(record, terms);
-      // Two sums per head (even and odd vectors) halve the chains of dependent multiply-adds.
+      if constexpr (Shape != param_shape::none) decode.read(record, terms);
+      // Two sums per head (even and odd vectors) halve the chains of
+      // dependent multiply-adds; local, so they stay in registers.
       floats even[H], odd[H];
       std::fill_n(even, H, floats(0.0f));
       std::fill_n(odd, H, floats(0.0f));
-      std::fill_n(tails, H, 0.0f);
       for (std::size_t b = 0; b < blocks; ++b) {
         floats v[values::per_byte];
-        decode.values(record, b, terms, v);
+        decode.template values<Shape>(record, b, terms, v);
         for (std::size_t j = 0; j < values::per_byte; ++j)
           for (std::size_t h = 0; h < H; ++h) {
             floats& sum = (b * values::per_byte + j) % 2 == 0 ? even[h] : odd[h];
             sum = fmadd(floats::load_unaligned(queries + h * n + b * values::block + j * width), v[j], sum);
           }
       }
-      for (std::size_t h = 0; h < H; ++h) sums[h] = even[h] + odd[h];
+      for (std::size_t h = 0; h < H; ++h) sums[h] = even[h] + odd[h], tails[h] = 0.0f;
     });
   }
 
   // One head over groups of whole blocks: q . (s L + c) = s (q . L) + c (sum of q) per group,
   // so each vector costs one multiply-add and each group one more; the constant terms are
-  // one vector multiply with the query's group sums (taken once per call). Blocks per group
-  // are fixed at compile time for the common shapes (0: known at run time).
-  template <bool Affine, unsigned Bits, std::size_t BlocksPerGroup>
+  // one vector multiply with the query's group sums (taken once per call). Blocks per
+  // record and per group are fixed at compile time for the common shapes (0: at run time).
+  template <bool Affine, unsigned Bits, std::size_t Blocks, std::size_t BlocksPerGroup>
   static void dot_coded_one_head(const coded_values<Affine, Bits>& decode, const float* query,
                                  const std::uint8_t* records, std::size_t count, float* scores) noexcept {
     using values = coded_values<Affine, Bits>;
     const record_format& f = decode.f;
-    const std::size_t groups = f.groups();
     const std::size_t blocks_per_group = BlocksPerGroup ? BlocksPerGroup : f.group_channels / values::block;
+    const std::size_t groups =
+        Blocks && BlocksPerGroup && Blocks >= BlocksPerGroup ? Blocks / BlocksPerGroup : decode.groups;
+    const std::size_t record_bytes = f.record_bytes;
     alignas(64) float query_sums[max_groups + width] = {};
-    const floats lanes = xsimd::to_float(lane_index());
     for (std::size_t g = 0; g < groups; ++g)
       query_sums[g] = std::accumulate(query + g * f.group_channels, query + (g + 1) * f.group_channels, 0.0f);
+    // Lanes past the last group are masked (their constants may be any bits, NaN included).
+    using mask = typename floats::batch_bool_type;
+    mask in_range[max_groups / width + 1];
+    const floats lanes = xsimd::to_float(lane_index());
+    for (std::size_t g = 0; g < groups; g += width)
+      in_range[g / width] = lanes < floats(static_cast<float>(groups - g));
     reduce_tokens<1>(count, scores, 0, [&](std::size_t t, floats(&sums)[1], float(&tails)[1]) {
-      const std::uint8_t* record = records + t * f.record_bytes;
-      prefetch_record(record, f.record_bytes);
+      const std::uint8_t* record = records + t * record_bytes;
+      prefetch_record(record, record_bytes);
       typename values::terms terms;
       decode.read(record, terms);
       floats total(0.0f);
@@ -832,10 +917,9 @@ struct kernels {
         }
         total = fmadd(part, floats(terms.scales[g]), total);
       }
-      // Lanes past the last group are masked (their constants may be any bits, NaN included).
       for (std::size_t g = 0; g < groups; g += width) {
-        const auto in_range = lanes < floats(static_cast<float>(groups - g));
-        const floats constants = xsimd::select(in_range, floats::load_unaligned(terms.constants + g), floats(0.0f));
+        const floats constants =
+            xsimd::select(in_range[g / width], floats::load_unaligned(terms.constants + g), floats(0.0f));
         total = fmadd(constants, floats::load_aligned(query_sums + g), total);
       }
       sums[0] = total;
@@ -848,35 +932,53 @@ struct kernels {
   template <bool Affine, unsigned Bits, std::size_t H>
   static void axpy_coded(const record_format& f, const float* weights, std::size_t stride, const std::uint8_t* records,
                          std::size_t count, float* acc) noexcept {
+    const coded_values<Affine, Bits> decode(f);
+    with_layout(decode, [&]<std::size_t Blocks, param_shape Shape>() {
+      axpy_coded_heads<Affine, Bits, H, Blocks, Shape>(decode, weights, stride, records, count, acc);
+    });
+  }
+
+  template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape>
+  static void axpy_coded_heads(const coded_values<Affine, Bits>& decode, const float* weights, std::size_t stride,
+                               const std::uint8_t* records, std::size_t count, float* acc) noexcept {
     using values = coded_values<Affine, Bits>;
     constexpr std::size_t chunk = 16, per_byte = values::per_byte;
-    const values decode(f);
-    const std::size_t n = f.head_dim, blocks = n / values::block;
+    // Blocks per pass: at least 8 independent multiply-add chains (fewer wait on latency).
+    constexpr std::size_t per_pass = std::max<std::size_t>(1, 8 / (H * per_byte));
+    const std::size_t n = decode.f.head_dim, blocks = Blocks ? Blocks : n / values::block;
+    const std::size_t record_bytes = decode.f.record_bytes;
     typename values::terms terms[chunk];
     for (std::size_t first = 0; first < count; first += chunk) {
       const std::size_t tokens = std::min(chunk, count - first);
-      const std::uint8_t* chunk_records = records + first * f.record_bytes;
+      const std::uint8_t* chunk_records = records + first * record_bytes;
       for (std::size_t t = 0; t < tokens; ++t) {
-        prefetch_record(chunk_records + t * f.record_bytes, f.record_bytes);
-        decode.read(chunk_records + t * f.record_bytes, terms[t]);
+        prefetch_record(chunk_records + t * record_bytes, record_bytes);
+        if constexpr (Shape != param_shape::none) decode.read(chunk_records + t * record_bytes, terms[t]);
       }
-      for (std::size_t b = 0; b < blocks; ++b) {
-        floats sums[H][per_byte];
+      const auto pass = [&]<std::size_t P>(std::size_t b) __attribute__((always_inline)) {
+        floats sums[H][P][per_byte];
         for (std::size_t h = 0; h < H; ++h)
-          for (std::size_t j = 0; j < per_byte; ++j)
-            sums[h][j] = floats::load_unaligned(acc + h * n + b * values::block + j * width);
+          for (std::size_t p = 0; p < P; ++p)
+            for (std::size_t j = 0; j < per_byte; ++j)
+              sums[h][p][j] = floats::load_unaligned(acc + h * n + (b + p) * values::block + j * width);
         for (std::size_t t = 0; t < tokens; ++t) {
-          floats v[per_byte];
-          decode.values(chunk_records + t * f.record_bytes, b, terms[t], v);
+          floats v[P][per_byte];
+          for (std::size_t p = 0; p < P; ++p)
+            decode.template values<Shape>(chunk_records + t * record_bytes, b + p, terms[t], v[p]);
           for (std::size_t h = 0; h < H; ++h) {
             const floats w(weights[h * stride + first + t]);
-            for (std::size_t j = 0; j < per_byte; ++j) sums[h][j] = fmadd(w, v[j], sums[h][j]);
+            for (std::size_t p = 0; p < P; ++p)
+              for (std::size_t j = 0; j < per_byte; ++j) sums[h][p][j] = fmadd(w, v[p][j], sums[h][p][j]);
           }
         }
         for (std::size_t h = 0; h < H; ++h)
-          for (std::size_t j = 0; j < per_byte; ++j)
-            sums[h][j].store_unaligned(acc + h * n + b * values::block + j * width);
-      }
+          for (std::size_t p = 0; p < P; ++p)
+            for (std::size_t j = 0; j < per_byte; ++j)
+              sums[h][p][j].store_unaligned(acc + h * n + (b + p) * values::block + j * width);
+      };
+      std::size_t b = 0;
+      for (; b + per_pass <= blocks; b += per_pass) pass.template operator()<per_pass>(b);
+      for (; b < blocks; ++b) pass.template operator()<1>(b);
     }
   }
 
