@@ -1,6 +1,8 @@
 // Google Benchmark: decode attention at memory bandwidth. For each recipe, context length,
-// head_dim, GQA group and thread count, one decode step of one layer with 2 KV heads
-// (parallel over KV heads), next to a streaming read of a buffer far larger than the
+// head_dim, GQA group and thread count, one decode step over every layer of a model with 2
+// KV heads per layer and as many layers as it takes for the cache to be at least twice the
+// last-level cache (so every step reads it from DRAM), parallel over layers. Next to it, a
+// streaming read (the active ISA's vector absmax kernel) of a buffer far larger than the
 // last-level cache with the same thread count. The summary printed at the end gives every
 // attention result as GB/s of cache bytes read, as a share of that measured bandwidth, and
 // as a speed-up over f16 attention of the same shape, all from this one run.
@@ -9,11 +11,13 @@
 // With --benchmark_repetitions=N the summary keeps each benchmark's best run.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 import kvlab;
 
@@ -28,30 +32,41 @@ const std::vector<std::pair<std::string, std::string>> recipes = {
     {"fp8_e4m3@token", "k=fp8_e4m3@token,v=fp8_e4m3@token"},
 };
 
-// Reads `bytes` of memory with `threads` threads, 4 independent sums per thread.
-void memory_read(benchmark::State& state) {
-  const auto threads = static_cast<unsigned>(state.range(0));
-  static std::vector<float> buffer(std::size_t{512} << 20 >> 2, 1.0f); // 512 MiB, far beyond the LLC
-  const std::size_t per_thread = buffer.size() / threads;
-  for (auto _ : state) {
-    std::vector<float> sums(threads);
-    std::vector<std::jthread> pool;
-    for (unsigned t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        const float* x = buffer.data() + t * per_thread;
-        float a = 0, b = 0, c = 0, d = 0;
-        for (std::size_t i = 0; i + 4 <= per_thread; i += 4) a += x[i], b += x[i + 1], c += x[i + 2], d += x[i + 3];
-        sums[t] = a + b + c + d;
-      });
-    pool.clear();
-    benchmark::DoNotOptimize(sums.data());
-  }
-  state.counters["bytes_per_second"] = benchmark::Counter(static_cast<double>(buffer.size() * sizeof(float)),
-                                                          benchmark::Counter::kIsIterationInvariantRate);
+// The last-level cache as the OS reports it (a VM may report the host's), at least 32 MiB.
+std::size_t last_level_cache_bytes() {
+  const long reported = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max<std::size_t>(reported > 0 ? static_cast<std::size_t>(reported) : 0, std::size_t{32} << 20);
 }
 
-// The cache of the last (recipe, context, head_dim) asked for: built once, reused by every
-// GQA and thread variant that follows it in registration order.
+// Runs work(w) for w < threads on `threads` threads (the caller's thread when 1).
+template <class Work>
+void on_threads(unsigned threads, Work&& work) {
+  if (threads == 1) return work(0u);
+  std::vector<std::jthread> pool;
+  for (unsigned w = 0; w < threads; ++w) pool.emplace_back([&, w] { work(w); });
+}
+
+// Reads a buffer four times the last-level cache with `threads` threads through the active
+// ISA's vector absmax kernel (one load and two vector operations per vector of floats).
+void memory_read(benchmark::State& state) {
+  const auto threads = static_cast<unsigned>(state.range(0));
+  static std::vector<float> buffer(4 * last_level_cache_bytes() / sizeof(float), 1.0f);
+  const auto& kernels = kvlab::active_kernels();
+  const std::size_t per_thread = buffer.size() / threads;
+  std::vector<float> results(threads);
+  for (auto _ : state) {
+    on_threads(threads, [&](unsigned w) { results[w] = kernels.absmax(buffer.data() + w * per_thread, per_thread); });
+    benchmark::DoNotOptimize(results.data());
+  }
+  state.counters["bytes_per_second"] = benchmark::Counter(static_cast<double>(per_thread * threads * sizeof(float)),
+                                                          benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(kvlab::isa_name(kernels.instruction_set)));
+}
+
+// A model's cache for (recipe, context, head_dim): 2 KV heads per layer and enough layers
+// for at least twice the last-level cache. Every layer holds the same tokens (what is read
+// is what counts). The last one asked for is kept for the GQA and thread variants that
+// follow it in registration order.
 const kvlab::kv_cache& cache_for(const std::string& recipe, std::size_t context, std::size_t head_dim) {
   static std::string key;
   static std::unique_ptr<kvlab::kv_cache> cache;
@@ -59,16 +74,22 @@ const kvlab::kv_cache& cache_for(const std::string& recipe, std::size_t context,
   if (key != wanted) {
     cache.reset();
     const auto& components = kvlab::builtin_registry();
-    cache =
-        std::make_unique<kvlab::kv_cache>(kvlab::parse_recipe(recipe, components), components, 1, kv_heads, head_dim);
+    const auto parsed = kvlab::parse_recipe(recipe, components);
     kvlab::random_stream random(context, head_dim);
     std::vector<float> k(head_dim), v(head_dim);
-    for (std::size_t t = 0; t < context; ++t)
-      for (std::size_t h = 0; h < kv_heads; ++h) {
-        for (std::size_t c = 0; c < head_dim; ++c)
-          k[c] = static_cast<float>(random.normal()), v[c] = static_cast<float>(random.normal());
-        cache->append(0, h, k, v);
-      }
+    const auto fill = [&](kvlab::kv_cache& c, std::size_t tokens) {
+      for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t h = 0; h < kv_heads; ++h) {
+          for (std::size_t i = 0; i < head_dim; ++i)
+            k[i] = static_cast<float>(random.normal()), v[i] = static_cast<float>(random.normal());
+          for (std::size_t layer = 0; layer < c.layers(); ++layer) c.append(layer, h, k, v);
+        }
+    };
+    kvlab::kv_cache one_layer(parsed, components, 1, kv_heads, head_dim);
+    fill(one_layer, context);
+    const std::size_t layers = (2 * last_level_cache_bytes() + one_layer.bytes() - 1) / one_layer.bytes();
+    cache = std::make_unique<kvlab::kv_cache>(parsed, components, layers, kv_heads, head_dim);
+    fill(*cache, context);
     key = wanted;
   }
   return *cache;
@@ -79,17 +100,23 @@ void decode_attention(benchmark::State& state, std::string recipe) {
   const auto group = static_cast<std::size_t>(state.range(2));
   const auto threads = static_cast<unsigned>(state.range(3));
   const auto& cache = cache_for(recipe, context, head_dim);
-  std::vector<float> queries(kv_heads * group * head_dim, 0.1f), out(queries.size());
+  const std::size_t layers = cache.layers();
+  std::vector<float> queries(kv_heads * group * head_dim, 0.1f);
+  std::vector<std::vector<float>> out(threads, std::vector<float>(queries.size()));
   const auto& kernels = kvlab::active_kernels();
   for (auto _ : state) {
-    kvlab::decode_attention(cache, 0, queries, out, kernels, nullptr, threads);
+    on_threads(threads, [&](unsigned w) {
+      for (std::size_t layer = w; layer < layers; layer += threads)
+        kvlab::decode_attention(cache, layer, queries, out[w], kernels);
+    });
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["cache_bytes_per_second"] =
       benchmark::Counter(static_cast<double>(cache.bytes()), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["ns_per_token_per_kv_head"] =
-      benchmark::Counter(static_cast<double>(context * kv_heads) / 1e9,
+      benchmark::Counter(static_cast<double>(context * kv_heads * layers) / 1e9,
                          benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["layers"] = static_cast<double>(layers);
   state.SetLabel(std::string(kvlab::isa_name(kernels.instruction_set)));
 }
 
@@ -106,23 +133,30 @@ public:
         if (times_.contains(name) && times_[name] <= time) continue;
         times_[name] = time;
         rates_[name] = rate_of(run);
+        const auto per_token = run.counters.find("ns_per_token_per_kv_head");
+        if (per_token != run.counters.end()) per_token_[name] = static_cast<double>(per_token->second);
       }
     ConsoleReporter::ReportRuns(runs);
   }
 
   void summarize() const {
-    std::printf("\nSummary (GB/s of cache bytes read; %% of the streaming read with the same threads; speed-up "
-                "over f16 of the same shape)\n");
+    std::printf("\nSummary (GB/s of cache bytes read; %% of the streaming read with the same threads; ns per token "
+                "and KV head; speed-up over f16 of the same shape and threads; speed-up of 2 threads over 1)\n");
     for (const auto& [name, rate] : rates_) {
       if (name.rfind("decode_attention/", 0) != 0) continue;
       const std::string shape = name.substr(name.find("/ctx:"));
       const std::string threads = name.substr(name.rfind("threads:") + 8);
       const auto bandwidth = rates_.find("memory_read/threads:" + threads);
-      const auto f16 = rates_.find("decode_attention/f16" + shape);
+      const auto f16 = per_token_.find("decode_attention/f16" + shape);
+      const auto one_thread = per_token_.find(name.substr(0, name.rfind("threads:")) + "threads:1");
+      const double ns = per_token_.at(name);
       std::printf("%-70s %7.2f GB/s", name.c_str(), rate / 1e9);
       if (bandwidth != rates_.end()) std::printf("  %5.1f%% of read", 100.0 * rate / bandwidth->second);
-      if (f16 != rates_.end() && f16->first != name) // the same attention in less time
-        std::printf("  %5.2fx vs f16", times_.at(f16->first) / times_.at(name));
+      std::printf("  %6.1f ns", ns);
+      // Caches of different recipes have different layer counts: compare time per token.
+      if (f16 != per_token_.end() && f16->first != name) std::printf("  %5.2fx vs f16", f16->second / ns);
+      if (one_thread != per_token_.end() && one_thread->first != name)
+        std::printf("  %5.2fx vs 1 thread", one_thread->second / ns);
       std::printf("\n");
     }
   }
@@ -138,6 +172,7 @@ private:
   }
   std::map<std::string, double> rates_;
   std::map<std::string, double> times_;
+  std::map<std::string, double> per_token_;
 };
 
 } // namespace

@@ -1,19 +1,22 @@
 // Google Benchmark: encode, decode, fused dot and fused axpy of every registered quantizer
 // (every width) at per-token granularities, head_dim 64 and 128, on the active ISA, with
-// the records resident in L2 (about 256 KiB). Counters are bytes per second: records read
+// the records resident in L2 (about 256 KiB); dot4 and axpy4 serve a GQA group of 4 query
+// heads in one pass, as decode attention does. Counters are bytes per second: records read
 // for decode/dot/axpy, float input plus records written for encode.
 //   build/test/kvlab_bench_kernels --benchmark_filter='int4@group\(32\)/128' --benchmark_format=json
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <vector>
 import kvlab;
 
 namespace {
 
-enum class operation { encode, decode, dot, axpy };
-constexpr const char* operation_names[] = {"encode", "decode", "dot", "axpy"};
+enum class operation { encode, decode, dot, axpy, dot4, axpy4 };
+constexpr const char* operation_names[] = {"encode", "decode", "dot", "axpy", "dot4", "axpy4"};
+constexpr std::size_t gqa_heads = 4;
 
 void kernel_benchmark(benchmark::State& state, std::string quantizer, std::string granularity, std::size_t head_dim,
                       operation op) {
@@ -26,8 +29,8 @@ void kernel_benchmark(benchmark::State& state, std::string quantizer, std::strin
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=1,T=" + std::to_string(tokens) +
                                      ",D=" + std::to_string(head_dim) + ",seed=1)");
   for (std::size_t t = 0; t < tokens; ++t) stream.append(data.keys.row(0, 0, t), kernels);
-  std::vector<float> query(head_dim, 0.5f), weights(tokens, 1.0f / static_cast<float>(tokens));
-  std::vector<float> scores(tokens), out(head_dim);
+  std::vector<float> query(gqa_heads * head_dim, 0.5f), weights(gqa_heads * tokens, 1.0f / static_cast<float>(tokens));
+  std::vector<float> scores(gqa_heads * tokens), out(gqa_heads * head_dim);
   std::vector<std::uint8_t> record(stream.layout().bytes());
   for (auto _ : state) {
     switch (op) {
@@ -44,7 +47,15 @@ void kernel_benchmark(benchmark::State& state, std::string quantizer, std::strin
       benchmark::DoNotOptimize(scores.data());
       break;
     case operation::axpy:
-      stream.axpy_all(kernels, weights.data(), tokens, 1, out);
+      stream.axpy_all(kernels, weights.data(), tokens, 1, std::span(out).first(head_dim));
+      benchmark::DoNotOptimize(out.data());
+      break;
+    case operation::dot4:
+      stream.dot_all(kernels, query, gqa_heads, scores.data(), tokens);
+      benchmark::DoNotOptimize(scores.data());
+      break;
+    case operation::axpy4:
+      stream.axpy_all(kernels, weights.data(), tokens, gqa_heads, out);
       benchmark::DoNotOptimize(out.data());
       break;
     }
@@ -63,7 +74,8 @@ int main(int argc, char** argv) {
   for (const auto& quantizer : components.instances(kvlab::component_kind::quantizer))
     for (const std::string granularity : {"token", "group(32)"})
       for (const std::size_t head_dim : {64u, 128u})
-        for (const auto op : {operation::encode, operation::decode, operation::dot, operation::axpy})
+        for (const auto op :
+             {operation::encode, operation::decode, operation::dot, operation::axpy, operation::dot4, operation::axpy4})
           benchmark::RegisterBenchmark((std::string(operation_names[static_cast<int>(op)]) + "/" + quantizer + "@" +
                                         granularity + "/" + std::to_string(head_dim))
                                            .c_str(),
