@@ -263,7 +263,7 @@ private:
   // Visits the per-token records in runs of at most `block_records`, small enough for L1.
   template <class Visit>
   void for_each_block(Visit&& visit) const {
-    constexpr std::size_t block_bytes = 16 << 10;
+    constexpr std::size_t block_bytes = 64 << 10;
     const std::size_t block_records = std::max<std::size_t>(1, block_bytes / format_.record_bytes);
     for (std::size_t b = 0; b < store_->size();) {
       const auto run = store_->run(b);
