@@ -40,6 +40,26 @@ struct demotion {
   group_shape shape;
 };
 
+// fp16 token rows, oldest first (sinks, residual window). Dropping the oldest rows only
+// advances a start offset, compacted once the dead prefix outgrows the live rows: a sliding
+// window then costs O(1) per token instead of moving every row it holds.
+struct half_rows {
+  std::vector<std::uint16_t> values; // [start, size) are live
+  std::size_t start = 0;
+
+  std::size_t size() const noexcept { return values.size() - start; } // live values
+  const std::uint16_t* data() const noexcept { return values.data() + start; }
+  std::uint16_t operator[](std::size_t i) const noexcept { return values[start + i]; }
+  void drop_front(std::size_t n) {
+    start += n;
+    if (start >= size()) compact();
+  }
+  void compact() {
+    values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(start));
+    start = 0;
+  }
+};
+
 class kv_stream {
 public:
   kv_stream(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
@@ -91,7 +111,7 @@ public:
     while (window_tokens() >= tiers_.residual + block) {
       for (std::size_t i = 0; i < block * head_dim_; ++i) block_[i] = half_bits_to_float(window_[i]);
       append_body(block_, kernels);
-      window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(block * head_dim_));
+      window_.drop_front(block * head_dim_);
     }
   }
 
@@ -213,8 +233,10 @@ private:
         throw error("eviction needs ascending, unique indices below the " + std::to_string(evictable_tokens()) +
                     " evictable tokens");
   }
-  void erase_rows(std::vector<std::uint16_t>& rows, std::span<const std::size_t> sorted_rows) const {
+  void erase_rows(half_rows& half, std::span<const std::size_t> sorted_rows) const {
     if (sorted_rows.empty()) return;
+    half.compact();
+    auto& rows = half.values;
     std::size_t next = 0, kept = 0;
     for (std::size_t t = 0; t < rows.size() / head_dim_; ++t) {
       if (next < sorted_rows.size() && sorted_rows[next] == t) {
@@ -227,22 +249,22 @@ private:
     rows.resize(kept * head_dim_);
     rows.shrink_to_fit();
   }
-  static void push_half(std::vector<std::uint16_t>& rows, std::span<const float> token) {
-    for (const float x : token) rows.push_back(float_to_half_bits(x));
+  static void push_half(half_rows& rows, std::span<const float> token) {
+    for (const float x : token) rows.values.push_back(float_to_half_bits(x));
   }
-  void read_half(const std::vector<std::uint16_t>& rows, std::size_t token, std::span<float> out) const {
+  void read_half(const half_rows& rows, std::size_t token, std::span<float> out) const {
     for (std::size_t c = 0; c < head_dim_; ++c) out[c] = half_bits_to_float(rows[token * head_dim_ + c]);
   }
   // fp16 rows (sinks or window) for every head at once: scores[h * stride + t].
-  void half_dot(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, std::span<const float> queries,
-                std::size_t heads, float* scores, std::size_t stride) const {
-    if (rows.empty()) return;
+  void half_dot(const kernel_table& kernels, const half_rows& rows, std::span<const float> queries, std::size_t heads,
+                float* scores, std::size_t stride) const {
+    if (rows.size() == 0) return;
     kernels.dot_records(half_format_, queries.data(), heads, reinterpret_cast<const std::uint8_t*>(rows.data()),
                         rows.size() / head_dim_, scores, stride);
   }
-  void half_axpy(const kernel_table& kernels, const std::vector<std::uint16_t>& rows, const float* weights,
-                 std::size_t stride, std::size_t heads, std::span<float> acc) const {
-    if (rows.empty()) return;
+  void half_axpy(const kernel_table& kernels, const half_rows& rows, const float* weights, std::size_t stride,
+                 std::size_t heads, std::span<float> acc) const {
+    if (rows.size() == 0) return;
     kernels.axpy_records(half_format_, weights, stride, heads, reinterpret_cast<const std::uint8_t*>(rows.data()),
                          rows.size() / head_dim_, acc.data());
   }
@@ -253,8 +275,8 @@ private:
   std::size_t head_dim_;
   stream_tiers tiers_;
   kernels::record_format half_format_;
-  std::vector<std::uint16_t> sinks_;   // fp16 rows
-  std::vector<std::uint16_t> window_;  // fp16 rows, oldest first
+  half_rows sinks_;
+  half_rows window_;
   std::size_t seen_ = 0;               // tokens ever appended
   std::vector<std::size_t> positions_; // of every held token, in held order
   mutable std::vector<float> rotated_; // scratch: rotated queries or body value sums
