@@ -941,6 +941,9 @@ struct kernels {
       if constexpr (Folded) { // group g's scale is lane width - groups + g of the one load
         load_f16(record + params_at + 2 * groups_ - 2 * width).store_aligned(loaded);
         scales = loaded + (width - groups_);
+        // Hide where `scales` points, so each group's scale is one broadcast load (a load
+        // port) rather than the stored vector forwarded through two shuffles per group.
+        asm("" : "+r"(scales));
       } else {
         decode.read(record, terms);
       }
