@@ -541,13 +541,19 @@ struct kernels {
     alignas(64) float sums[width];
     for (std::size_t t = 0; t < count; t += width) {
       const std::size_t batch = std::min(width, count - t);
-      for (std::size_t k = 0; k < width; ++k) {
-        if (k < batch) {
-          const auto lanes = token(t + k);
-          for (std::size_t h = 0; h < H; ++h) rows[h][k] = lanes[h];
-        } else {
-          for (std::size_t h = 0; h < H; ++h) rows[h][k] = floats(0.0f);
-        }
+      const auto row = [&](std::size_t k) __attribute__((always_inline)) {
+        const auto lanes = token(t + k);
+        for (std::size_t h = 0; h < H; ++h) rows[h][k] = lanes[h];
+      };
+      if (batch == width) { // no per-token branch: the compiler interleaves neighbouring tokens
+#pragma clang loop unroll_count(2)
+        for (std::size_t k = 0; k < width; ++k) row(k);
+      } else {
+        for (std::size_t k = 0; k < width; ++k)
+          if (k < batch)
+            row(k);
+          else
+            for (std::size_t h = 0; h < H; ++h) rows[h][k] = floats(0.0f);
       }
       for (std::size_t h = 0; h < H; ++h) {
         const floats total = sum_each(rows[h]);
