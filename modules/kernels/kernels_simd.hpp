@@ -930,23 +930,25 @@ struct kernels {
     // Lanes past the last group are masked (their constants may be any bits, NaN included).
     using mask = typename floats::batch_bool_type;
     mask in_range[max_groups / width + 1];
-    const floats lanes = xsimd::to_float(lane_index());
-    for (std::size_t g = 0; g < groups; g += width)
-      in_range[g / width] = lanes < floats(static_cast<float>(groups - g));
     floats starts[max_groups]; // Folded: -offset * (sum of q) in lane 0
-    if constexpr (Folded)
+    if constexpr (Folded) {
       for (std::size_t g = 0; g < groups; ++g) starts[g] = first_lane(-f.offset * query_sums[g]);
+    } else {
+      const floats lanes = xsimd::to_float(lane_index());
+      for (std::size_t g = 0; g < groups; g += width)
+        in_range[g / width] = lanes < floats(static_cast<float>(groups - g));
+    }
     reduce_tokens<1>(count, scores, 0, [&](std::size_t t) __attribute__((always_inline)) {
-      const std::size_t groups_ = fixed_groups ? fixed_groups : groups;
-      const std::size_t per_group = BlocksPerGroup ? BlocksPerGroup : blocks_per_group;
+      const std::size_t group_count = fixed_groups ? fixed_groups : groups;
+      const std::size_t group_blocks = BlocksPerGroup ? BlocksPerGroup : blocks_per_group;
       const std::uint8_t* record = records + t * record_bytes;
       prefetch_record(record, record_bytes);
       typename values::terms terms;
       alignas(64) float loaded[width];
       const float* scales = terms.scales;
       if constexpr (Folded) { // group g's scale is lane width - groups + g of the one load
-        load_f16(record + params_at + 2 * groups_ - 2 * width).store_aligned(loaded);
-        scales = loaded + (width - groups_);
+        load_f16(record + params_at + 2 * group_count - 2 * width).store_aligned(loaded);
+        scales = loaded + (width - group_count);
         // Hide where `scales` points, so each group's scale is one broadcast load (a load
         // port) rather than the stored vector forwarded through two shuffles per group.
         asm("" : "+r"(scales));
@@ -954,19 +956,19 @@ struct kernels {
         decode.read(record, terms);
       }
       floats total(0.0f);
-      for (std::size_t g = 0; g < groups_; ++g) {
+      for (std::size_t g = 0; g < group_count; ++g) {
         floats part = Folded ? starts[g] : floats(0.0f);
-        const float* q = query + g * per_group * values::block;
-        for (std::size_t b = 0; b < per_group; ++b) {
+        const float* q = query + g * group_blocks * values::block;
+        for (std::size_t b = 0; b < group_blocks; ++b) {
           floats levels[values::per_byte];
-          decode.levels(record, g * per_group + b, levels);
+          decode.levels(record, g * group_blocks + b, levels);
           for (std::size_t j = 0; j < values::per_byte; ++j)
             part = fmadd(floats::load_unaligned(q + b * values::block + j * width), levels[j], part);
         }
         total = fmadd(part, floats(scales[g]), total);
       }
       if constexpr (!Folded)
-        for (std::size_t g = 0; g < groups_; g += width) {
+        for (std::size_t g = 0; g < group_count; g += width) {
           const floats constants =
               xsimd::select(in_range[g / width], floats::load_unaligned(terms.constants + g), floats(0.0f));
           total = fmadd(constants, floats::load_aligned(query_sums + g), total);
