@@ -13,7 +13,10 @@ module;
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -91,7 +94,7 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
-inline std::string provenance_json(const sweep_cell& cell, const kv_data& data, const eval_result& result) {
+inline std::string provenance_json(const sweep_cell& cell, const std::string& digest, const eval_result& result) {
   return json_object()
       .add("git_revision", KVLAB_GIT_REVISION)
       .add("compiler", "clang " __clang_version__)
@@ -100,7 +103,7 @@ inline std::string provenance_json(const sweep_cell& cell, const kv_data& data, 
       .add("isa", result.isa)
       .add("seed", std::size_t{cell.seed})
       .add("data", cell.data)
-      .add("data_digest", data_digest(data))
+      .add("data_digest", digest)
       .add("recipe", canonical_name(cell.value))
       .str();
 }
@@ -138,6 +141,62 @@ inline void write_text_if_changed(const std::filesystem::path& file, const std::
   if (std::filesystem::exists(file) && file_text(file) == text) return;
   write_text_atomically(file, text);
 }
+
+// The datasets of a run, loaded once and shared by the cells that use them (a sweep
+// evaluates many recipes on each dataset; generating or reading it per cell was a third of
+// a run's time). The first cell to need a dataset loads it while the others wait for it;
+// it is dropped when its last cell is done, so memory holds only the datasets in use.
+class shared_datasets {
+public:
+  struct dataset {
+    kv_data data;
+    std::string digest; // data_digest(data)
+  };
+
+  explicit shared_datasets(const std::vector<sweep_cell>& cells) {
+    for (const auto& cell : cells) ++entries_[cell.data].users;
+  }
+
+  std::shared_ptr<const dataset> acquire(const std::string& spec) {
+    std::shared_future<std::shared_ptr<const dataset>> ready;
+    std::promise<std::shared_ptr<const dataset>> loading;
+    bool load = false;
+    {
+      const std::lock_guard lock(mutex_);
+      entry& e = entries_.at(spec);
+      if (!e.ready.valid()) {
+        e.ready = loading.get_future().share();
+        load = true;
+      }
+      ready = e.ready;
+    }
+    if (!load) return ready.get(); // loaded, or being loaded by another cell: wait for it
+    try {
+      auto loaded = std::make_shared<dataset>();
+      loaded->data = load_data(spec);
+      loaded->digest = data_digest(loaded->data);
+      loading.set_value(std::move(loaded));
+    } catch (...) {
+      loading.set_exception(std::current_exception()); // every cell of this dataset fails alike
+    }
+    return ready.get();
+  }
+
+  // One cell of `spec` is done with it.
+  void release(const std::string& spec) {
+    const std::lock_guard lock(mutex_);
+    const auto found = entries_.find(spec);
+    if (--found->second.users == 0) entries_.erase(found);
+  }
+
+private:
+  struct entry {
+    std::size_t users = 0;
+    std::shared_future<std::shared_ptr<const dataset>> ready;
+  };
+  std::mutex mutex_;
+  std::map<std::string, entry> entries_;
+};
 
 struct run_options {
   std::filesystem::path out;
@@ -194,17 +253,18 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
               << finished << "/" << todo.size() << " cells, ETA " << static_cast<long>(eta) << " s"
               << (terminal && finished < todo.size() ? "" : "\n") << std::flush;
   };
+  shared_datasets datasets(todo);
   const auto worker = [&] {
     for (std::size_t i; (i = next++) < todo.size();) {
       try {
         const auto& cell = todo[i];
-        const kv_data data = load_data(cell.data);
-        const eval_result result = evaluate(cell.value, data, components, {.decode_steps = s.decode_steps});
+        const auto dataset = datasets.acquire(cell.data);
+        const eval_result result = evaluate(cell.value, dataset->data, components, {.decode_steps = s.decode_steps});
         // Complete the cell in a temporary folder, then rename it into place.
         const auto staging = options.out / (".staging-" + run_id + "-" + std::to_string(i));
         std::filesystem::create_directories(staging);
         write_file(staging / "metrics.json", to_json(result) + "\n");
-        write_file(staging / "provenance.json", provenance_json(cell, data, result) + "\n");
+        write_file(staging / "provenance.json", provenance_json(cell, dataset->digest, result) + "\n");
         write_file(staging / "recipe.txt", canonical_name(cell.value) + "\n");
         std::error_code ec;
         std::filesystem::rename(staging, options.out / cell.folder, ec);
@@ -214,6 +274,7 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
           if (!std::filesystem::exists(options.out / cell.folder / "metrics.json"))
             throw error("cannot store cell " + cell.folder + " in " + options.out.string());
         }
+        datasets.release(cell.data);
         ++done;
         const std::lock_guard lock(report);
         show_progress();
