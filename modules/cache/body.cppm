@@ -224,6 +224,20 @@ public:
   // quantizer's (rotated) space.
   void decode(std::size_t token, std::span<float> out) const {
     const auto record = store_->record(token);
+    // Raw float rows are their values: converted directly, not through the quantizer's
+    // decode per element (eviction policies that read keys decode every held key per step).
+    switch (quantizer_.format()) {
+    case element_format::f32: std::memcpy(out.data(), record.data(), 4 * layout_.head_dim); return;
+    case element_format::f16:
+    case element_format::bf16:
+      for (std::size_t c = 0; c < layout_.head_dim; ++c) {
+        std::uint16_t bits;
+        std::memcpy(&bits, record.data() + 2 * c, 2);
+        out[c] = quantizer_.format() == element_format::f16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+      }
+      return;
+    case element_format::codebook: break;
+    }
     if (layout_.block_tokens > 1) {
       std::size_t block = 0, first = 0;
       while (first + block_size(block) <= token) first += block_size(block++);
