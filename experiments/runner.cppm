@@ -18,6 +18,7 @@ module;
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -142,18 +143,21 @@ inline void write_text_if_changed(const std::filesystem::path& file, const std::
   write_text_atomically(file, text);
 }
 
-// The datasets of a run, loaded once and shared by the cells that use them (a sweep
-// evaluates many recipes on each dataset; generating or reading it per cell was a third of
-// a run's time). The first cell to need a dataset loads it while the others wait for it;
-// it is dropped when its last cell is done, so memory holds only the datasets in use.
+// The datasets of a run, loaded once and shared by the cells that use them, with the exact
+// attention every recipe is compared with (a sweep evaluates many recipes on each dataset;
+// regenerating the data and recomputing the exact reference per cell was over half of a
+// run's time). The first cell to need a dataset loads it while the others wait for it; it
+// is dropped when its last cell is done, so memory holds only the datasets in use. The
+// exact reference is shared only up to 1 GiB (bigger ones are computed per cell).
 class shared_datasets {
 public:
   struct dataset {
     kv_data data;
-    std::string digest; // data_digest(data)
+    std::string digest;                   // data_digest(data)
+    std::optional<exact_attention> exact; // for the sweep's decode steps
   };
 
-  explicit shared_datasets(const std::vector<sweep_cell>& cells) {
+  shared_datasets(const std::vector<sweep_cell>& cells, std::size_t decode_steps) : decode_steps_(decode_steps) {
     for (const auto& cell : cells) ++entries_[cell.data].users;
   }
 
@@ -175,6 +179,10 @@ public:
       auto loaded = std::make_shared<dataset>();
       loaded->data = load_data(spec);
       loaded->digest = data_digest(loaded->data);
+      // Invalid decode steps are left for evaluate to report.
+      if (decode_steps_ > 0 && decode_steps_ < loaded->data.tokens() &&
+          exact_attention_bytes(loaded->data, decode_steps_) <= std::size_t{1} << 30)
+        loaded->exact = compute_exact_attention(loaded->data, decode_steps_);
       loading.set_value(std::move(loaded));
     } catch (...) {
       loading.set_exception(std::current_exception()); // every cell of this dataset fails alike
@@ -194,6 +202,7 @@ private:
     std::size_t users = 0;
     std::shared_future<std::shared_ptr<const dataset>> ready;
   };
+  std::size_t decode_steps_;
   std::mutex mutex_;
   std::map<std::string, entry> entries_;
 };
@@ -253,13 +262,14 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
               << finished << "/" << todo.size() << " cells, ETA " << static_cast<long>(eta) << " s"
               << (terminal && finished < todo.size() ? "" : "\n") << std::flush;
   };
-  shared_datasets datasets(todo);
+  shared_datasets datasets(todo, s.decode_steps);
   const auto worker = [&] {
     for (std::size_t i; (i = next++) < todo.size();) {
       try {
         const auto& cell = todo[i];
         const auto dataset = datasets.acquire(cell.data);
-        const eval_result result = evaluate(cell.value, dataset->data, components, {.decode_steps = s.decode_steps});
+        const eval_result result = evaluate(cell.value, dataset->data, components, {.decode_steps = s.decode_steps},
+                                            dataset->exact ? &*dataset->exact : nullptr);
         // Complete the cell in a temporary folder, then rename it into place.
         const auto staging = options.out / (".staging-" + run_id + "-" + std::to_string(i));
         std::filesystem::create_directories(staging);

@@ -72,12 +72,32 @@ BOOST_AUTO_TEST_CASE(metric_helpers_have_their_textbook_values) {
   const std::vector<double> approx{0.1, 0.3, 0.2, 0.4};
   BOOST_TEST(kvlab::topk_recall(exact, approx, 2) == 0.5); // exact top 2 {0, 1}, compressed {3, 1}
   BOOST_TEST(kvlab::topk_recall(exact, approx, 4) == 1.0);
-  const std::vector<float> query{1, 2}, keys{1, 0, 0, 1};
-  const std::vector<float> ip{1.5f, 1.5f}; // exact 1 and 2: errors +0.5 and -0.5
-  const std::vector<std::size_t> positions{0, 1};
-  const auto [bias, rmse] = kvlab::inner_product_error(query, keys, ip, positions);
+  const std::vector<double> exact_dots{2, 1}; // q.k of positions 0 and 1
+  const std::vector<float> ip{1.5f, 1.5f};    // held positions 1 and 0: errors +0.5 and -0.5
+  const std::vector<std::size_t> positions{1, 0};
+  const auto [bias, rmse] = kvlab::inner_product_error(exact_dots, ip, positions);
   BOOST_TEST(bias == 0.0);
   BOOST_TEST(rmse == 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(a_shared_exact_reference_gives_the_same_results_bit_for_bit) {
+  const auto& components = kvlab::builtin_registry();
+  const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=4,T=96,D=32,seed=5)");
+  const kvlab::eval_options options{.decode_steps = 8};
+  const auto exact = kvlab::compute_exact_attention(data, options.decode_steps);
+  BOOST_TEST(exact.entries.size() == 8u * 2 * 4);
+  for (const std::string recipe :
+       {"k=int4@group(32),v=int4@group(32)", "k=uint2@channel(32),v=uint2@group(32),residual=16,evict=h2o(0.2,0.2)"}) {
+    const auto r = kvlab::parse_recipe(recipe, components);
+    BOOST_TEST(kvlab::to_json(kvlab::evaluate(r, data, components, options, &exact)) ==
+               kvlab::to_json(kvlab::evaluate(r, data, components, options)));
+  }
+  // One computed for other decode steps is refused, not silently misread.
+  const auto other = kvlab::compute_exact_attention(data, 4);
+  BOOST_CHECK_THROW(
+      kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f16@token", components), data, components, options, &other),
+      kvlab::error);
+  BOOST_CHECK_THROW(kvlab::compute_exact_attention(data, 96), kvlab::error);
 }
 
 BOOST_AUTO_TEST_CASE(f32_cache_matches_the_double_reference) {

@@ -85,19 +85,66 @@ inline double topk_recall(std::span<const double> exact, std::span<const double>
 }
 
 // Mean and root mean square of q.k_hat - q.k over the held keys: approx[i] is the cache's
-// q.k for the key at position positions[i] (a row of `keys`).
-inline std::pair<double, double> inner_product_error(std::span<const float> query, std::span<const float> keys,
-                                                     std::span<const float> approx,
+// q.k for the key at position positions[i]; exact_dots[p] is q.k for position p.
+inline std::pair<double, double> inner_product_error(std::span<const double> exact_dots, std::span<const float> approx,
                                                      std::span<const std::size_t> positions) {
-  const std::size_t head_dim = query.size(), n = approx.size();
+  const std::size_t n = approx.size();
   double sum = 0.0, squares = 0.0;
   for (std::size_t t = 0; t < n; ++t) {
-    double exact = 0.0;
-    for (std::size_t c = 0; c < head_dim; ++c) exact += double{query[c]} * double{keys[positions[t] * head_dim + c]};
-    const double d = double{approx[t]} - exact;
+    const double d = double{approx[t]} - exact_dots[positions[t]];
     sum += d, squares += d * d;
   }
   return {sum / static_cast<double>(n), std::sqrt(squares / static_cast<double>(n))};
+}
+
+// The part of an evaluation that depends on the data alone: for every decode step, layer
+// and query head, exact attention over the full history (double precision), its weights,
+// and q.k for every key. A sweep computes it once per dataset and shares it between its
+// recipes; evaluate computes each entry on the fly when given none.
+struct exact_attention {
+  struct entry {
+    std::vector<double> out;           // head_dim
+    std::vector<double> probabilities; // one per key so far
+    std::vector<double> dots;          // q.k per key so far, unscaled
+  };
+  std::size_t decode_steps = 0;
+  std::vector<entry> entries; // [(step * layers + layer) * q_heads + head]
+};
+
+// Exact attention of query head h of `layer` at token t over tokens [0, t].
+inline void exact_entry(const kv_data& data, std::size_t layer, std::size_t h, std::size_t t,
+                        exact_attention::entry& e) {
+  const std::size_t head_dim = data.head_dim(), group = data.q_heads() / data.kv_heads();
+  const auto query = data.queries.row(layer, h, t);
+  const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);
+  const auto values = data.values.stream(layer, h / group).first((t + 1) * head_dim);
+  e.out.resize(head_dim);
+  exact_decode_attention(query, keys, values, head_dim, e.out, &e.probabilities);
+  e.dots.assign(t + 1, 0.0);
+  for (std::size_t k = 0; k <= t; ++k)
+    for (std::size_t c = 0; c < head_dim; ++c) e.dots[k] += double{query[c]} * double{keys[k * head_dim + c]};
+}
+
+// Bytes compute_exact_attention would hold (to decide whether sharing it is worth it).
+inline std::size_t exact_attention_bytes(const kv_data& data, std::size_t decode_steps) {
+  const std::size_t tokens = data.tokens(), prefill = tokens - std::min(decode_steps, tokens);
+  std::size_t keys = 0;
+  for (std::size_t t = prefill; t < tokens; ++t) keys += t + 1;
+  return sizeof(double) * data.layers() * data.q_heads() * (2 * keys + decode_steps * data.head_dim());
+}
+
+inline exact_attention compute_exact_attention(const kv_data& data, std::size_t decode_steps) {
+  const std::size_t tokens = data.tokens(), layers = data.layers(), q_heads = data.q_heads();
+  if (decode_steps == 0 || decode_steps >= tokens)
+    throw error("exact attention: " + std::to_string(decode_steps) + " decode steps do not fit " +
+                std::to_string(tokens) + " tokens");
+  exact_attention exact{.decode_steps = decode_steps, .entries = {}};
+  exact.entries.resize(decode_steps * layers * q_heads);
+  for (std::size_t step = 0; step < decode_steps; ++step)
+    for (std::size_t layer = 0; layer < layers; ++layer)
+      for (std::size_t h = 0; h < q_heads; ++h)
+        exact_entry(data, layer, h, tokens - decode_steps + step, exact.entries[(step * layers + layer) * q_heads + h]);
+  return exact;
 }
 
 // MSE and SNR (dB) of a stream's held tokens against the data they came from (held token t
@@ -154,8 +201,10 @@ inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, s
   cache.token_done();
 }
 
+// `exact`, when given, must come from compute_exact_attention(data, options.decode_steps):
+// results are the same bit for bit, only faster.
 inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
-                            const eval_options& options = {}) {
+                            const eval_options& options = {}, const exact_attention* exact = nullptr) {
   check_consistent(data);
   require_finite(data.keys, "keys");
   require_finite(data.values, "values");
@@ -166,6 +215,9 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
     throw error(std::to_string(options.decode_steps) + " decode steps need more than " + std::to_string(tokens) +
                 " tokens of data (at least one token is prefilled)");
   const std::size_t prefill = tokens - options.decode_steps;
+  if (exact && (exact->decode_steps != options.decode_steps ||
+                exact->entries.size() != options.decode_steps * data.layers() * data.q_heads()))
+    throw error("evaluate: the shared exact attention was computed for other data or decode steps");
   const kernel_table& kernels = active_kernels();
 
   kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim);
@@ -176,19 +228,21 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   std::vector<float> out(q_heads * head_dim), approx_ip;
   attention_trace trace;
   std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
-  std::vector<double> exact(head_dim), exact_p, approx_p;
+  std::vector<double> approx_p;
+  exact_attention::entry computed;
   for (std::size_t t = prefill; t < tokens; ++t) {
     append_token(cache, data, t);
     for (std::size_t layer = 0; layer < data.layers(); ++layer) {
       attend_token(cache, data, layer, t, cache.observes_decode_steps(), out, trace, kernels);
       for (std::size_t h = 0; h < q_heads; ++h) {
         const auto query = data.queries.row(layer, h, t);
-        const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);
-        const auto values = data.values.stream(layer, h / group).first((t + 1) * head_dim);
-        exact_decode_attention(query, keys, values, head_dim, exact, &exact_p);
+        if (!exact) exact_entry(data, layer, h, t, computed);
+        const exact_attention::entry& reference =
+            exact ? exact->entries[((t - prefill) * data.layers() + layer) * q_heads + h] : computed;
+        const std::vector<double>& exact_p = reference.probabilities;
         const auto approx = std::span<const float>(out).subspan(h * head_dim, head_dim);
-        rel_l2.push_back(relative_l2(approx, exact));
-        cosine.push_back(cosine_similarity(approx, exact));
+        rel_l2.push_back(relative_l2(approx, reference.out));
+        cosine.push_back(cosine_similarity(approx, reference.out));
         // The cache's weights by position; evicted keys weigh 0.
         const kv_stream& held = cache.keys(layer, h / group);
         approx_p.assign(t + 1, 0.0);
@@ -198,7 +252,7 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
         recall.push_back(topk_recall(exact_p, std::span<const double>(approx_p), options.top_k));
         approx_ip.resize(held.tokens());
         held.dot_all(kernels, query, 1, approx_ip);
-        const auto [ip_bias, ip_rmse] = inner_product_error(query, keys, approx_ip, held.positions());
+        const auto [ip_bias, ip_rmse] = inner_product_error(reference.dots, approx_ip, held.positions());
         bias.push_back(ip_bias);
         rmse.push_back(ip_rmse);
       }
