@@ -19,17 +19,20 @@ import kvlab.cache;
 export namespace kvlab {
 
 // Exact reference for one query head: keys and values are tokens x head_dim rows. When
-// `probabilities` is given it receives the softmax weight of every key.
+// `probabilities` is given it receives the softmax weight of every key, and `dots` q.k of
+// every key (unscaled).
 inline void exact_decode_attention(std::span<const float> query, std::span<const float> keys,
                                    std::span<const float> values, std::size_t head_dim, std::span<double> out,
-                                   std::vector<double>* probabilities = nullptr) {
+                                   std::vector<double>* probabilities = nullptr, std::vector<double>* dots = nullptr) {
   const std::size_t tokens = keys.size() / head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   std::vector<double> scores(tokens);
+  if (dots) dots->resize(tokens);
   double max_score = -INFINITY;
   for (std::size_t t = 0; t < tokens; ++t) {
     double dot = 0.0;
     for (std::size_t c = 0; c < head_dim; ++c) dot += double{query[c]} * double{keys[t * head_dim + c]};
+    if (dots) (*dots)[t] = dot;
     scores[t] = dot * scale;
     max_score = std::max(max_score, scores[t]);
   }

@@ -119,10 +119,7 @@ inline void exact_entry(const kv_data& data, std::size_t layer, std::size_t h, s
   const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);
   const auto values = data.values.stream(layer, h / group).first((t + 1) * head_dim);
   e.out.resize(head_dim);
-  exact_decode_attention(query, keys, values, head_dim, e.out, &e.probabilities);
-  e.dots.assign(t + 1, 0.0);
-  for (std::size_t k = 0; k <= t; ++k)
-    for (std::size_t c = 0; c < head_dim; ++c) e.dots[k] += double{query[c]} * double{keys[k * head_dim + c]};
+  exact_decode_attention(query, keys, values, head_dim, e.out, &e.probabilities, &e.dots);
 }
 
 // Bytes compute_exact_attention would hold (to decide whether sharing it is worth it).
