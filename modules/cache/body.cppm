@@ -162,7 +162,7 @@ public:
 
   // For `heads` queries (heads x head_dim, the query heads of one GQA group):
   // scores[h * stride + t] = query_h . decoded(t) for every body token t. Tokens are visited
-  // in blocks that stay in L1, each record decoded once for all heads, so the codes stream
+  // in runs of at most 64 KiB, each record decoded once for all heads, so the codes stream
   // from memory once per group, not once per query head.
   void dot_all(const kernel_table& kernels, std::span<const float> queries, std::size_t heads, float* scores,
                std::size_t stride) const {
@@ -274,7 +274,8 @@ private:
                                                        : kernels::element_kind::table_codes;
   }
 
-  // Visits the per-token records in runs of at most `block_records`, small enough for L1.
+  // Visits the per-token records in runs of at most 64 KiB: one kernel call per run (larger
+  // runs spread the call's setup; GQA groups of more than 4 heads re-read a run from L2).
   template <class Visit>
   void for_each_block(Visit&& visit) const {
     constexpr std::size_t block_bytes = 64 << 10;
