@@ -267,8 +267,9 @@ BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for
 BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
   // Multi-head dot and axpy over runs of records: every element kind, code width (vector
   // paths for 2, 4 and 8 bits, the scalar fallback for 3), groups narrower and wider than a
-  // vector block, 0 to 2 parameters, odd head_dims (tails), misaligned records and heads,
-  // several head counts and a score stride wider than the run.
+  // vector block (on AVX-512, 2- and 4-bit dots whose groups are whole dwords take the token-
+  // lane kernel, the others the channel-lane one), 0 to 2 parameters, odd head_dims (tails), misaligned records and
+  // heads, several head counts and a score stride wider than the run.
   using kvlab::element_kind;
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;

@@ -1032,6 +1032,139 @@ struct kernels {
     }
   }
 
+  // --- Keys in token lanes (AVX-512): the multi-head dot over affine codes -------------
+  // The kernels above put channels in lanes, so each token ends with a horizontal sum and
+  // each vector of codes costs an unpack, a convert and a scale. Here lane t is token t of
+  // a batch of 16: the batch's code bytes are transposed once (16 x 16 dwords, so vector j
+  // holds dword j of every record), a code is then a shift and a 16-entry table lookup
+  // (vpermps reads the low 4 bits of each lane), each multiply-add serves 16 tokens with
+  // one broadcast query element, and the sums come out as one score per lane. Same fp32
+  // arithmetic, channels summed in order: per group, scale * (sum of q * (code - offset))
+  // + zero * (sum of q). Every lane is computed alone, so results do not depend on where a
+  // token falls in a batch. L2-resident, against the channel-lane kernels: 2-bit codes
+  // 1.6-3.9x faster, 4-bit codes 1.2-1.6x for 4 heads and 1.0-1.3x for one.
+  // 8-bit codes stay in channel lanes: a byte costs a shift, a mask, a convert and a
+  // subtract per lane here, which measured 0.4-1.0x.
+  static constexpr std::size_t token_lanes = 16;
+  static bool token_lanes_fit(const record_format& f) noexcept {
+    if (!is_avx512 || f.kind != element_kind::affine_codes) return false;
+    if (f.bits != 4 && f.bits != 2) return false;
+    const std::size_t per_dword = 32 / f.bits;
+    return f.head_dim % per_dword == 0 && f.head_dim <= max_head_dim &&
+           (f.params_per_group == 0 || (f.group_channels % per_dword == 0 && f.groups() <= max_groups));
+  }
+
+  // rows[t] lane j becomes rows[j] lane t: 16 x 16 dwords in four rounds of 16 shuffles.
+  static void transpose_dwords(__m512i (&rows)[token_lanes]) noexcept {
+    __m512i t[token_lanes];
+    for (std::size_t i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+    }
+    for (std::size_t i = 0; i < 16; i += 4) {
+      rows[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+      rows[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+      rows[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+      rows[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    // 128-bit lanes: first pairs four rows apart, then groups of two eight rows apart.
+    const __m512i low_pairs = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i high_pairs = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (std::size_t i = 0; i < 4; ++i) {
+      t[i] = _mm512_permutex2var_epi64(rows[i], low_pairs, rows[i + 4]);
+      t[i + 4] = _mm512_permutex2var_epi64(rows[i], high_pairs, rows[i + 4]);
+      t[i + 8] = _mm512_permutex2var_epi64(rows[i + 8], low_pairs, rows[i + 12]);
+      t[i + 12] = _mm512_permutex2var_epi64(rows[i + 8], high_pairs, rows[i + 12]);
+    }
+    const __m512i low_halves = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+    const __m512i high_halves = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    for (std::size_t i = 0; i < 8; ++i) {
+      rows[i] = _mm512_permutex2var_epi64(t[i], low_halves, t[i + 8]);
+      rows[i + 8] = _mm512_permutex2var_epi64(t[i], high_halves, t[i + 8]);
+    }
+  }
+
+  // Dwords (of codes per record) and GroupDwords (per group) are fixed at compile time for
+  // the common shapes, 0 when known only at run time.
+  template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords>
+  static void dot_token_lanes(const record_format& f, const float* queries, const std::uint8_t* records,
+                              std::size_t count, float* scores, std::size_t stride) noexcept {
+    if constexpr (is_avx512) {
+      constexpr std::size_t per_dword = 32 / Bits;
+      constexpr std::size_t chains = H <= 2 ? 4 : 2; // independent multiply-add chains per head
+      const std::size_t n = f.head_dim, record_bytes = f.record_bytes;
+      const std::size_t params = f.params_per_group, params_at = f.code_bytes();
+      const std::size_t dwords = Dwords ? Dwords : f.code_bytes() / 4;
+      const std::size_t group_dwords = GroupDwords ? GroupDwords : params ? f.group_channels / per_dword : dwords;
+      // 2-bit codes index the table through their low bits and the next code's: the table
+      // repeats every 4 entries.
+      alignas(64) float levels[token_lanes];
+      for (std::size_t i = 0; i < token_lanes; ++i) levels[i] = static_cast<float>(i % (1u << Bits)) - f.offset;
+      const __m512 table = _mm512_load_ps(levels);
+      const __m512i record_offsets =
+          _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
+      alignas(64) float query_sums[max_heads][max_groups];
+      if (params == 2)
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t g = 0; g < f.groups(); ++g)
+            query_sums[h][g] = std::accumulate(queries + h * n + g * f.group_channels,
+                                               queries + h * n + (g + 1) * f.group_channels, 0.0f);
+      // Parameter p of every token in the batch (lanes past the batch: 0). An fp16 one is
+      // the high half of the dword ending with it, which stays inside the record.
+      const auto parameter = [&](const std::uint8_t* batch, __mmask16 valid, std::size_t p) {
+        if (f.params_f32)
+          return _mm512_castsi512_ps(
+              _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + params_at + 4 * p, 1));
+        const __m512i dwords = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets,
+                                                           batch + params_at + 2 * p - 2, 1);
+        return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dwords, 16)));
+      };
+      for (std::size_t first = 0; first < count; first += token_lanes) {
+        const std::size_t batch = std::min(token_lanes, count - first);
+        const __mmask16 valid = static_cast<__mmask16>((1u << batch) - 1);
+        const std::uint8_t* batch_records = records + first * record_bytes;
+        for (std::size_t t = 0; t < batch; ++t) prefetch_record(batch_records + t * record_bytes, record_bytes);
+        __m512 sums[H], parts[H][chains];
+        for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
+        for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
+          const std::size_t chunk_dwords = std::min(token_lanes, dwords - chunk);
+          const __mmask64 bytes = chunk_dwords == token_lanes ? ~__mmask64{0} : (__mmask64{1} << 4 * chunk_dwords) - 1;
+          __m512i columns[token_lanes];
+          for (std::size_t t = 0; t < token_lanes; ++t)
+            columns[t] = t < batch ? _mm512_maskz_loadu_epi8(bytes, batch_records + t * record_bytes + 4 * chunk)
+                                   : _mm512_setzero_si512();
+          transpose_dwords(columns);
+          for (std::size_t d = 0; d < chunk_dwords; ++d) {
+            const std::size_t j = chunk + d;
+            if (j % group_dwords == 0)
+              for (std::size_t h = 0; h < H; ++h) std::fill_n(parts[h], chains, _mm512_setzero_ps());
+#pragma clang loop unroll(full) // compile-time trip count: every partial sum stays in a register
+            for (std::size_t k = 0; k < per_dword; ++k) {
+              const __m512i shifted =
+                  k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(k * Bits));
+              const __m512 level = _mm512_permutexvar_ps(shifted, table);
+              const float* q = queries + j * per_dword + k;
+              for (std::size_t h = 0; h < H; ++h)
+                parts[h][k % chains] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n]), level, parts[h][k % chains]);
+            }
+            if ((j + 1) % group_dwords != 0) continue;
+            const std::size_t g = j / group_dwords;
+            __m512 scale = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+            if (params > 0) scale = parameter(batch_records, valid, g * params);
+            if (params > 1) zero = parameter(batch_records, valid, g * params + 1);
+            for (std::size_t h = 0; h < H; ++h) {
+              __m512 part = parts[h][0];
+              for (std::size_t c = 1; c < chains; ++c) part = _mm512_add_ps(part, parts[h][c]);
+              sums[h] = params > 0 ? _mm512_fmadd_ps(part, scale, sums[h]) : _mm512_add_ps(part, sums[h]);
+              if (params > 1) sums[h] = _mm512_fmadd_ps(zero, _mm512_set1_ps(query_sums[h][g]), sums[h]);
+            }
+          }
+        }
+        for (std::size_t h = 0; h < H; ++h) _mm512_mask_storeu_ps(scores + h * stride + first, valid, sums[h]);
+      }
+    }
+  }
+
   // Calls use.template operator()<H>() for the heads [h, h + H) of every pass.
   template <class Use>
   static void for_each_head_pass(std::size_t heads, Use&& use) noexcept {
@@ -1072,6 +1205,23 @@ struct kernels {
     case element_kind::bf16: return rows.template operator()<&load_bf16, 2, &scalar::load_bf16>();
     case element_kind::affine_codes:
     case element_kind::table_codes: break;
+    }
+    if (token_lanes_fit(f)) {
+      const auto with_bits = [&]<unsigned Bits>() {
+        for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+          const auto run = [&]<std::size_t Dwords, std::size_t GroupDwords>() {
+            dot_token_lanes<Bits, H, Dwords, GroupDwords>(f, queries + h * n, records, count, scores + h * stride,
+                                                          stride);
+          };
+          constexpr std::size_t dwords_of_128 = 4 * Bits; // head_dim 128
+          if (n != 128) return run.template operator()<0, 0>();
+          if (f.params_per_group == 0) return run.template operator()<dwords_of_128, dwords_of_128>();
+          if (f.group_channels == 32) return run.template operator()<dwords_of_128, Bits>();
+          run.template operator()<dwords_of_128, 0>();
+        });
+      };
+      if (f.bits == 4) return with_bits.template operator()<4>();
+      return with_bits.template operator()<2>();
     }
     if (!vector_records(f)) return scalar::dot_records(f, queries, heads, records, count, scores, stride);
     with_codes(f, [&]<bool Affine, unsigned Bits>() {
