@@ -219,12 +219,13 @@ private:
         if (!taken[t]) rest.push_back({scores[h][t], t, h});
     }
     const std::size_t extra = std::min(slots, rest.size());
-    std::ranges::partial_sort(rest, rest.begin() + static_cast<std::ptrdiff_t>(extra),
-                              [](const candidate& a, const candidate& b) {
-                                if (a.score != b.score) return a.score > b.score;
-                                if (a.token != b.token) return a.token > b.token;
-                                return a.head < b.head;
-                              });
+    // A total order (score, then token, then head), so selection fixes the set.
+    std::ranges::nth_element(rest, rest.begin() + static_cast<std::ptrdiff_t>(extra),
+                             [](const candidate& a, const candidate& b) {
+                               if (a.score != b.score) return a.score > b.score;
+                               if (a.token != b.token) return a.token > b.token;
+                               return a.head < b.head;
+                             });
     for (std::size_t j = 0; j < extra; ++j) kept[rest[j].head].push_back(rest[j].token);
     for (auto& k : kept) std::ranges::sort(k);
     return kept;

@@ -71,7 +71,8 @@ inline double topk_recall(std::span<const double> exact, std::span<const double>
   const auto top = [k](auto weights) {
     std::vector<std::size_t> order(weights.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::ranges::partial_sort(order, order.begin() + static_cast<std::ptrdiff_t>(k), [&](std::size_t a, std::size_t b) {
+    // A total order, so selecting the first k fixes the set (sorted by position below).
+    std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(k), [&](std::size_t a, std::size_t b) {
       return weights[a] > weights[b] || (weights[a] == weights[b] && a < b);
     });
     order.resize(k);
