@@ -6,6 +6,7 @@
 #include "kernels_scalar.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <immintrin.h>
 #include <numeric>
@@ -732,8 +733,20 @@ struct kernels {
     floats fixed_constant;
     std::uint16_t block_group[max_head_dim / width]; // first group of each block
 
+    // On AVX-512, affine codes of up to 4 bits take their values from a table of the codes
+    // themselves: vpermps reads only the low 4 bits of each lane, so one permute replaces a
+    // mask and a convert (2-bit codes: the table repeats every 4 entries, past the next code).
+    static constexpr bool code_table = is_avx512 && Affine && Bits <= 4;
+    static constexpr std::array<float, 16> table_of_codes = [] {
+      std::array<float, 16> codes{};
+      for (unsigned i = 0; i < 16; ++i) codes[i] = static_cast<float>(i % (1u << Bits));
+      return codes;
+    }();
+
     explicit coded_values(const record_format& format)
-        : f(format), table(format.levels, Affine || Bits > 4 ? 0 : Bits),
+        : f(format), table(code_table ? table_of_codes.data() : format.levels, code_table           ? 4
+                                                                               : Affine || Bits > 4 ? 0
+                                                                                                    : Bits),
           whole_groups(format.group_channels % block == 0), fixed_constant(Affine ? -format.offset : 0.0f) {
       groups = f.groups();
       params_at = f.code_bytes();
@@ -778,6 +791,10 @@ struct kernels {
       const ints bytes = load_u8_codes(record + b * width);
       for (std::size_t j = 0; j < per_byte; ++j) {
         ints codes = j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits));
+        if constexpr (code_table) {
+          out[j] = table(codes);
+          continue;
+        }
         if (j + 1 < per_byte) codes = codes & ints((1 << Bits) - 1); // the last code is the byte's top bits
         if constexpr (Affine)
           out[j] = xsimd::to_float(codes);
