@@ -11,7 +11,8 @@ bool cpu_supports(isa instruction_set) noexcept {
   switch (instruction_set) {
   case isa::scalar: return true;
   case isa::avx2: return available.avx2 && available.fma3_avx2 && __builtin_cpu_supports("f16c");
-  case isa::avx512: return available.avx512bw && available.avx512dq && available.avx512f;
+  case isa::avx512:
+    return available.avx512bw && available.avx512dq && available.avx512f && __builtin_cpu_supports("avx512vl");
   }
   return false;
 }

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <immintrin.h>
+#include <limits>
 #include <numeric>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
@@ -709,6 +710,57 @@ struct kernels {
       return _mm256_permutevar8x32_ps(x, index);
   }
 
+  // --- 8-bit float codes (fp8_e4m3, fp8_e4m3fnuz, fp8_e5m2; arXiv 2209.05433, sec. 3) -----
+  // Each of them is fp16 with fewer bits: the code's sign, exponent and mantissa moved into
+  // fp16's fields give the value times a power of two (E5M2 is fp16's top byte; E4M3 is
+  // fp16 / 2^8 with the exponent field one bit shorter, E4M3FNUZ fp16 / 2^7). So 16 codes
+  // decode with a widen, two shifts, a bit select, one fp16 conversion and an exact
+  // multiply, instead of a 16-element gather from the levels table. NaN codes become the
+  // canonical quiet NaN. A records' levels table takes this path only when it is, bit for
+  // bit, what this decoder gives for all 256 codes (checked once per call), so results
+  // equal the table's.
+  enum class fp8_layout : std::uint8_t { none, e4m3, e4m3fnuz, e5m2 };
+
+  // The `width` codes at `codes` (AVX-512 only; other ISAs never see a layout).
+  static floats decode_fp8(const std::uint8_t* codes, fp8_layout layout) noexcept {
+    if constexpr (is_avx512) {
+      const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+      const __m256i magnitude = _mm256_and_si256(words, _mm256_set1_epi16(0x7f));
+      __m256i half;
+      float unit;
+      __mmask16 nan;
+      if (layout == fp8_layout::e5m2) {
+        half = _mm256_slli_epi16(words, 8);
+        unit = 1.0f;
+        nan = _mm256_cmpgt_epi16_mask(magnitude, _mm256_set1_epi16(0x7c)); // all-ones exponent, mantissa != 0
+      } else {
+        // sign to bit 15, exponent and mantissa to bits 13..7: bit 15 of (w << 8), the rest from (magnitude << 7)
+        half = _mm256_ternarylogic_epi32(_mm256_set1_epi16(static_cast<short>(0x8000)), _mm256_slli_epi16(words, 8),
+                                         _mm256_slli_epi16(magnitude, 7), 0xca);
+        const bool fnuz = layout == fp8_layout::e4m3fnuz;
+        unit = fnuz ? 0x1p7f : 0x1p8f;
+        nan = fnuz ? _mm256_cmpeq_epi16_mask(words, _mm256_set1_epi16(0x80))
+                   : _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f));
+      }
+      const __m512 value = _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(unit));
+      return _mm512_mask_mov_ps(value, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    } else {
+      return floats(0.0f);
+    }
+  }
+
+  static fp8_layout fp8_levels(const float* levels) noexcept {
+    if (!is_avx512 || levels == nullptr) return fp8_layout::none;
+    alignas(64) std::uint8_t codes[256];
+    std::iota(codes, codes + 256, std::uint8_t{0});
+    for (const auto layout : {fp8_layout::e4m3, fp8_layout::e4m3fnuz, fp8_layout::e5m2}) {
+      alignas(64) float decoded[256];
+      for (std::size_t c = 0; c < 256; c += width) decode_fp8(codes + c, layout).store_aligned(decoded + c);
+      if (std::memcmp(decoded, levels, sizeof decoded) == 0) return layout;
+    }
+    return fp8_layout::none;
+  }
+
   // How a block's lanes find their parameters: none (rows whose parameters the caller
   // folded in), one group per block, or several groups per block (a lane permute).
   enum class param_shape { none, whole, spanning };
@@ -732,6 +784,7 @@ struct kernels {
     ints scale_lane, zero_lane;    // one_load: where group g's scale and zero land in that vector
     floats fixed_constant;
     std::uint16_t block_group[max_head_dim / width]; // first group of each block
+    fp8_layout fp8 = fp8_layout::none;               // levels that decode_fp8 reproduces
 
     // On AVX-512, affine codes of up to 4 bits take their values from a table of the codes
     // themselves: vpermps reads only the low 4 bits of each lane, so one permute replaces a
@@ -764,6 +817,7 @@ struct kernels {
       zero_lane = ints::load_aligned(zeros);
       for (std::size_t b = 0; b < f.head_dim / block; ++b)
         block_group[b] = static_cast<std::uint16_t>(b * block / f.group_channels);
+      if constexpr (!Affine && Bits == 8) fp8 = fp8_levels(f.levels);
     }
 
     void read(const std::uint8_t* record, terms& out) const noexcept {
@@ -788,6 +842,11 @@ struct kernels {
     // The per_byte vectors of unscaled levels of block b (for one head, which applies each
     // group's scale and constant once per group instead of once per vector).
     void levels(const std::uint8_t* record, std::size_t b, floats (&out)[per_byte]) const noexcept {
+      if constexpr (!Affine && Bits == 8)
+        if (fp8 != fp8_layout::none) {
+          out[0] = decode_fp8(record + b * width, fp8);
+          return;
+        }
       const ints bytes = load_u8_codes(record + b * width);
       for (std::size_t j = 0; j < per_byte; ++j) {
         ints codes = j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits));
