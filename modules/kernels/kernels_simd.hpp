@@ -1113,18 +1113,18 @@ struct kernels {
   // each vector of codes costs an unpack, a convert and a scale. Here lane t is token t of
   // a batch of 16: the batch's code bytes are transposed once (16 x 16 dwords, so vector j
   // holds dword j of every record), a code is then a shift and a 16-entry table lookup
-  // (vpermps reads the low 4 bits of each lane), each multiply-add serves 16 tokens with
+  // (vpermps reads the low 4 bits of each lane; a byte: a shift, a mask merged into 2^23's
+  // mantissa and a subtraction), each multiply-add serves 16 tokens with
   // one broadcast query element, and the sums come out as one score per lane. Same fp32
   // arithmetic, channels summed in order: per group, scale * (sum of q * (code - offset))
   // + zero * (sum of q). Every lane is computed alone, so results do not depend on where a
   // token falls in a batch. L2-resident, against the channel-lane kernels: 2-bit codes
-  // 1.6-3.9x faster, 4-bit codes 1.2-1.6x for 4 heads and 1.0-1.3x for one.
-  // 8-bit codes stay in channel lanes: a byte costs a shift, a mask, a convert and a
-  // subtract per lane here, which measured 0.4-1.0x.
+  // 1.6-3.9x faster, 4-bit codes 1.2-1.6x for 4 heads and 1.0-1.3x for one, 8-bit codes
+  // 1.1-1.4x for 4 heads (for one head they stay in channel lanes, where they are faster).
   static constexpr std::size_t token_lanes = 16;
   static bool token_lanes_fit(const record_format& f) noexcept {
     if (!is_avx512 || f.kind != element_kind::affine_codes) return false;
-    if (f.bits != 4 && f.bits != 2) return false;
+    if (f.bits != 8 && f.bits != 4 && f.bits != 2) return false;
     const std::size_t per_dword = 32 / f.bits;
     return f.head_dim % per_dword == 0 && f.head_dim <= max_head_dim &&
            (f.params_per_group == 0 || (f.group_channels % per_dword == 0 && f.groups() <= max_groups));
@@ -1177,6 +1177,8 @@ struct kernels {
       alignas(64) float levels[token_lanes];
       for (std::size_t i = 0; i < token_lanes; ++i) levels[i] = static_cast<float>(i % (1u << Bits)) - f.offset;
       const __m512 table = _mm512_load_ps(levels);
+      const __m512i byte_mask = _mm512_set1_epi32(0xff), two_to_23 = _mm512_set1_epi32(0x4b000000);
+      const __m512 byte_offset = _mm512_set1_ps(0x1p23f + f.offset);
       const __m512i record_offsets =
           _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
       alignas(64) float query_sums[max_heads][max_groups];
@@ -1218,7 +1220,12 @@ struct kernels {
             for (std::size_t k = 0; k < per_dword; ++k) {
               const __m512i shifted =
                   k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(k * Bits));
-              const __m512 level = _mm512_permutexvar_ps(shifted, table);
+              __m512 level;
+              if constexpr (Bits == 8) // the byte as the low mantissa bits of 2^23, minus 2^23 + offset (exact)
+                level = _mm512_sub_ps(
+                    _mm512_castsi512_ps(_mm512_ternarylogic_epi32(shifted, byte_mask, two_to_23, 0xea)), byte_offset);
+              else
+                level = _mm512_permutexvar_ps(shifted, table);
               const float* q = queries + j * per_dword + k;
               for (std::size_t h = 0; h < H; ++h)
                 parts[h][k % chains] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n]), level, parts[h][k % chains]);
@@ -1282,7 +1289,8 @@ struct kernels {
     case element_kind::affine_codes:
     case element_kind::table_codes: break;
     }
-    if (token_lanes_fit(f)) {
+    // 8-bit codes for one head stay in channel lanes: the one-head kernel there is faster.
+    if (token_lanes_fit(f) && (f.bits < 8 || heads > 1)) {
       const auto with_bits = [&]<unsigned Bits>() {
         for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
           const auto run = [&]<std::size_t Dwords, std::size_t GroupDwords>() {
@@ -1296,6 +1304,7 @@ struct kernels {
           run.template operator()<dwords_of_128, 0>();
         });
       };
+      if (f.bits == 8) return with_bits.template operator()<8>();
       if (f.bits == 4) return with_bits.template operator()<4>();
       return with_bits.template operator()<2>();
     }
