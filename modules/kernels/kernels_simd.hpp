@@ -731,14 +731,15 @@ struct kernels {
   enum class fp8_layout : std::uint8_t { none, e4m3, e4m3fnuz, e5m2 };
 
   // The `width` codes at `codes` (AVX-512 only; other ISAs never see a layout).
-  static floats decode_fp8(const std::uint8_t* codes, fp8_layout layout) noexcept {
+  template <fp8_layout Layout>
+  static floats decode_fp8(const std::uint8_t* codes) noexcept {
     if constexpr (is_avx512) {
       const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
       const __m256i magnitude = _mm256_and_si256(words, _mm256_set1_epi16(0x7f));
       __m256i half;
       float unit;
       __mmask16 nan;
-      if (layout == fp8_layout::e5m2) {
+      if constexpr (Layout == fp8_layout::e5m2) {
         half = _mm256_slli_epi16(words, 8);
         unit = 1.0f;
         nan = _mm256_cmpgt_epi16_mask(magnitude, _mm256_set1_epi16(0x7c)); // all-ones exponent, mantissa != 0
@@ -746,7 +747,7 @@ struct kernels {
         // sign to bit 15, exponent and mantissa to bits 13..7: bit 15 of (w << 8), the rest from (magnitude << 7)
         half = _mm256_ternarylogic_epi32(_mm256_set1_epi16(static_cast<short>(0x8000)), _mm256_slli_epi16(words, 8),
                                          _mm256_slli_epi16(magnitude, 7), 0xca);
-        const bool fnuz = layout == fp8_layout::e4m3fnuz;
+        constexpr bool fnuz = Layout == fp8_layout::e4m3fnuz;
         unit = fnuz ? 0x1p7f : 0x1p8f;
         nan = fnuz ? _mm256_cmpeq_epi16_mask(words, _mm256_set1_epi16(0x80))
                    : _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f));
@@ -762,11 +763,14 @@ struct kernels {
     if (!is_avx512 || levels == nullptr) return fp8_layout::none;
     alignas(64) std::uint8_t codes[256];
     std::iota(codes, codes + 256, std::uint8_t{0});
-    for (const auto layout : {fp8_layout::e4m3, fp8_layout::e4m3fnuz, fp8_layout::e5m2}) {
+    const auto decodes_as = [&]<fp8_layout Layout>() {
       alignas(64) float decoded[256];
-      for (std::size_t c = 0; c < 256; c += width) decode_fp8(codes + c, layout).store_aligned(decoded + c);
-      if (std::memcmp(decoded, levels, sizeof decoded) == 0) return layout;
-    }
+      for (std::size_t c = 0; c < 256; c += width) decode_fp8<Layout>(codes + c).store_aligned(decoded + c);
+      return std::memcmp(decoded, levels, sizeof decoded) == 0;
+    };
+    if (decodes_as.template operator()<fp8_layout::e4m3>()) return fp8_layout::e4m3;
+    if (decodes_as.template operator()<fp8_layout::e4m3fnuz>()) return fp8_layout::e4m3fnuz;
+    if (decodes_as.template operator()<fp8_layout::e5m2>()) return fp8_layout::e5m2;
     return fp8_layout::none;
   }
 
@@ -849,13 +853,14 @@ struct kernels {
     }
 
     // The per_byte vectors of unscaled levels of block b (for one head, which applies each
-    // group's scale and constant once per group instead of once per vector).
+    // group's scale and constant once per group instead of once per vector). Fp8: the
+    // layout fp8_levels found for this format (a template argument: no branch per block).
+    template <fp8_layout Fp8 = fp8_layout::none>
     void levels(const std::uint8_t* record, std::size_t b, floats (&out)[per_byte]) const noexcept {
-      if constexpr (!Affine && Bits == 8)
-        if (fp8 != fp8_layout::none) {
-          out[0] = decode_fp8(record + b * width, fp8);
-          return;
-        }
+      if constexpr (Fp8 != fp8_layout::none) {
+        out[0] = decode_fp8<Fp8>(record + b * width);
+        return;
+      }
       const ints bytes = load_u8_codes(record + b * width);
       for (std::size_t j = 0; j < per_byte; ++j) {
         ints codes = j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits));
@@ -875,9 +880,9 @@ struct kernels {
 
     // The per_byte value vectors of block b, parameters laid out as Shape says (a template
     // argument, so the hot loops carry no branch on it).
-    template <param_shape Shape>
+    template <param_shape Shape, fp8_layout Fp8>
     void values(const std::uint8_t* record, std::size_t b, const terms& t, floats (&out)[per_byte]) const noexcept {
-      levels(record, b, out);
+      levels<Fp8>(record, b, out);
       if constexpr (Shape == param_shape::none) {
         // scale 1: the constant alone (level * 1 + constant rounds as level + constant)
         if constexpr (Affine)
@@ -903,17 +908,28 @@ struct kernels {
     }
   };
 
-  // Calls use.template operator()<Blocks, Shape>() with the record's parameter shape, and
-  // with its number of blocks fixed at compile time for head_dim 128 (0: known at run time),
-  // so the common shapes get fully unrolled loops with every sum in a register.
+  // Calls use.template operator()<Blocks, Shape, Fp8>() with the record's parameter shape,
+  // its number of blocks fixed at compile time for head_dim 128 (0: known at run time), so
+  // the common shapes get fully unrolled loops with every sum in a register, and the fp8
+  // layout of 8-bit table codes in whole groups (other shapes gather from the table).
   template <bool Affine, unsigned Bits, class Use>
   static void with_layout(const coded_values<Affine, Bits>& decode, Use&& use) noexcept {
     constexpr std::size_t blocks_of_128 = 128 / coded_values<Affine, Bits>::block;
     const auto with_shape = [&]<std::size_t Blocks>() {
       switch (decode.shape()) {
-      case param_shape::none: return use.template operator()<Blocks, param_shape::none>();
-      case param_shape::whole: return use.template operator()<Blocks, param_shape::whole>();
-      case param_shape::spanning: return use.template operator()<Blocks, param_shape::spanning>();
+      case param_shape::none: return use.template operator()<Blocks, param_shape::none, fp8_layout::none>();
+      case param_shape::whole:
+        if constexpr (!Affine && Bits == 8) {
+          constexpr auto whole = param_shape::whole;
+          switch (decode.fp8) {
+          case fp8_layout::e4m3: return use.template operator()<Blocks, whole, fp8_layout::e4m3>();
+          case fp8_layout::e4m3fnuz: return use.template operator()<Blocks, whole, fp8_layout::e4m3fnuz>();
+          case fp8_layout::e5m2: return use.template operator()<Blocks, whole, fp8_layout::e5m2>();
+          case fp8_layout::none: break;
+          }
+        }
+        return use.template operator()<Blocks, param_shape::whole, fp8_layout::none>();
+      case param_shape::spanning: return use.template operator()<Blocks, param_shape::spanning, fp8_layout::none>();
       }
     };
     if (decode.f.head_dim == 128) return with_shape.template operator()<blocks_of_128>();
@@ -942,25 +958,28 @@ struct kernels {
     const values decode(f);
     if constexpr (H == 1)
       if (decode.shape() == param_shape::whole)
-        return with_layout(decode, [&]<std::size_t Blocks, param_shape>() {
+        return with_layout(decode, [&]<std::size_t Blocks, param_shape, fp8_layout Fp8>() {
           const auto run = [&]<bool Folded>() {
+            const auto one_head = [&]<std::size_t B, std::size_t PerGroup>() {
+              dot_coded_one_head<Affine, Bits, B, PerGroup, Folded, Fp8>(decode, queries, records, count, scores);
+            };
             switch (f.group_channels / values::block) {
-            case 1: return dot_coded_one_head<Affine, Bits, Blocks, 1, Folded>(decode, queries, records, count, scores);
-            case 2: return dot_coded_one_head<Affine, Bits, Blocks, 2, Folded>(decode, queries, records, count, scores);
-            case 4: return dot_coded_one_head<Affine, Bits, Blocks, 4, Folded>(decode, queries, records, count, scores);
-            case 8: return dot_coded_one_head<Affine, Bits, Blocks, 8, Folded>(decode, queries, records, count, scores);
-            default: return dot_coded_one_head<Affine, Bits, 0, 0, Folded>(decode, queries, records, count, scores);
+            case 1: return one_head.template operator()<Blocks, 1>();
+            case 2: return one_head.template operator()<Blocks, 2>();
+            case 4: return one_head.template operator()<Blocks, 4>();
+            case 8: return one_head.template operator()<Blocks, 8>();
+            default: return one_head.template operator()<0, 0>();
             }
           };
           if (Affine && f.params_per_group == 1 && decode.one_load) return run.template operator()<Affine>();
           run.template operator()<false>();
         });
-    with_layout(decode, [&]<std::size_t Blocks, param_shape Shape>() {
-      dot_coded_heads<Affine, Bits, H, Blocks, Shape>(decode, queries, records, count, scores, stride);
+    with_layout(decode, [&]<std::size_t Blocks, param_shape Shape, fp8_layout Fp8>() {
+      dot_coded_heads<Affine, Bits, H, Blocks, Shape, Fp8>(decode, queries, records, count, scores, stride);
     });
   }
 
-  template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape>
+  template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape, fp8_layout Fp8>
   static void dot_coded_heads(const coded_values<Affine, Bits>& decode, const float* queries,
                               const std::uint8_t* records, std::size_t count, float* scores,
                               std::size_t stride) noexcept {
@@ -979,7 +998,7 @@ struct kernels {
       std::fill_n(odd, H, floats(0.0f));
       for (std::size_t b = 0; b < blocks; ++b) {
         floats v[values::per_byte];
-        decode.template values<Shape>(record, b, terms, v);
+        decode.template values<Shape, Fp8>(record, b, terms, v);
         for (std::size_t j = 0; j < values::per_byte; ++j)
           for (std::size_t h = 0; h < H; ++h) {
             floats& sum = (b * values::per_byte + j) % 2 == 0 ? even[h] : odd[h];
@@ -999,7 +1018,7 @@ struct kernels {
   // Symmetric codes with fp16 scales (Folded: c = -s * offset) need no constants at all:
   // each group's sum starts at -offset * (sum of q), and the scales are used straight from
   // their one converted load.
-  template <bool Affine, unsigned Bits, std::size_t Blocks, std::size_t BlocksPerGroup, bool Folded>
+  template <bool Affine, unsigned Bits, std::size_t Blocks, std::size_t BlocksPerGroup, bool Folded, fp8_layout Fp8>
   static void dot_coded_one_head(const coded_values<Affine, Bits>& decode, const float* query,
                                  const std::uint8_t* records, std::size_t count, float* scores) noexcept {
     using values = coded_values<Affine, Bits>;
@@ -1046,7 +1065,7 @@ struct kernels {
         const float* q = query + g * group_blocks * values::block;
         for (std::size_t b = 0; b < group_blocks; ++b) {
           floats levels[values::per_byte];
-          decode.levels(record, g * group_blocks + b, levels);
+          decode.template levels<Fp8>(record, g * group_blocks + b, levels);
           for (std::size_t j = 0; j < values::per_byte; ++j)
             part = fmadd(floats::load_unaligned(q + b * values::block + j * width), levels[j], part);
         }
@@ -1068,12 +1087,12 @@ struct kernels {
   static void axpy_coded(const record_format& f, const float* weights, std::size_t stride, const std::uint8_t* records,
                          std::size_t count, float* acc) noexcept {
     const coded_values<Affine, Bits> decode(f);
-    with_layout(decode, [&]<std::size_t Blocks, param_shape Shape>() {
-      axpy_coded_heads<Affine, Bits, H, Blocks, Shape>(decode, weights, stride, records, count, acc);
+    with_layout(decode, [&]<std::size_t Blocks, param_shape Shape, fp8_layout Fp8>() {
+      axpy_coded_heads<Affine, Bits, H, Blocks, Shape, Fp8>(decode, weights, stride, records, count, acc);
     });
   }
 
-  template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape>
+  template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape, fp8_layout Fp8>
   static void axpy_coded_heads(const coded_values<Affine, Bits>& decode, const float* weights, std::size_t stride,
                                const std::uint8_t* records, std::size_t count, float* acc) noexcept {
     using values = coded_values<Affine, Bits>;
@@ -1098,7 +1117,7 @@ struct kernels {
           if (b == 0) prefetch_record(chunk_records + t * record_bytes, record_bytes);
           floats v[P][per_byte];
           for (std::size_t p = 0; p < P; ++p)
-            decode.template values<Shape>(chunk_records + t * record_bytes, b + p, terms[t], v[p]);
+            decode.template values<Shape, Fp8>(chunk_records + t * record_bytes, b + p, terms[t], v[p]);
           for (std::size_t h = 0; h < H; ++h) {
             const floats w(weights[h * stride + first + t]);
             for (std::size_t p = 0; p < P; ++p)
