@@ -1138,16 +1138,20 @@ struct kernels {
   // --- Keys in token lanes (AVX-512): the multi-head dot over affine codes -------------
   // The kernels above put channels in lanes, so each token ends with a horizontal sum and
   // each vector of codes costs an unpack, a convert and a scale. Here lane t is token t of
-  // a batch of 16: the batch's code bytes are transposed once (16 x 16 dwords, so vector j
-  // holds dword j of every record), a code is then a shift and a 16-entry table lookup
-  // (vpermps reads the low 4 bits of each lane; a byte: a shift, a mask merged into 2^23's
-  // mantissa and a subtraction), each multiply-add serves 16 tokens with
-  // one broadcast query element, and the sums come out as one score per lane. Same fp32
-  // arithmetic, channels summed in order: per group, scale * (sum of q * (code - offset))
-  // + zero * (sum of q). Every lane is computed alone, so results do not depend on where a
-  // token falls in a batch. L2-resident, against the channel-lane kernels: 2-bit codes
-  // 1.6-3.9x faster, 4-bit codes 1.2-1.6x for 4 heads and 1.0-1.3x for one, 8-bit codes
-  // 1.1-1.4x for 4 heads (for one head they stay in channel lanes, where they are faster).
+  // a batch of 16:
+  // - the batch's code bytes are transposed once (16 x 16 dwords: vector j holds dword j
+  //   of every record);
+  // - a 2- or 4-bit code is then a shift and a 16-entry table lookup (vpermps reads the low
+  //   4 bits of each lane), a byte a shift, a mask merged into 2^23's mantissa and a
+  //   subtraction;
+  // - each multiply-add serves 16 tokens with one broadcast query element, and the sums
+  //   come out as one score per lane.
+  // Same fp32 arithmetic, channels summed in order: per group, scale * (sum of q * (code -
+  // offset)) + zero * (sum of q). Every lane is computed alone, so results do not depend on
+  // where a token falls in a batch. L2-resident, against the channel-lane kernels: 2-bit
+  // codes 1.6-3.9x faster, 4-bit codes 1.2-1.6x for 4 heads and 1.0-1.3x for one, 8-bit
+  // codes 1.1-1.4x for 4 heads (for one head they stay in channel lanes, where they are
+  // faster).
   static constexpr std::size_t token_lanes = 16;
   static bool token_lanes_fit(const record_format& f) noexcept {
     if (!is_avx512 || f.kind != element_kind::affine_codes) return false;
