@@ -755,23 +755,27 @@ struct kernels {
       const __m512 value = _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(unit));
       return _mm512_mask_mov_ps(value, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
     } else {
-      return floats(0.0f);
+      static_assert(is_avx512, "fp8 codes decode through fp16 on AVX-512 only");
     }
   }
 
   static fp8_layout fp8_levels(const float* levels) noexcept {
-    if (!is_avx512 || levels == nullptr) return fp8_layout::none;
-    alignas(64) std::uint8_t codes[256];
-    std::iota(codes, codes + 256, std::uint8_t{0});
-    const auto decodes_as = [&]<fp8_layout Layout>() {
-      alignas(64) float decoded[256];
-      for (std::size_t c = 0; c < 256; c += width) decode_fp8<Layout>(codes + c).store_aligned(decoded + c);
-      return std::memcmp(decoded, levels, sizeof decoded) == 0;
-    };
-    if (decodes_as.template operator()<fp8_layout::e4m3>()) return fp8_layout::e4m3;
-    if (decodes_as.template operator()<fp8_layout::e4m3fnuz>()) return fp8_layout::e4m3fnuz;
-    if (decodes_as.template operator()<fp8_layout::e5m2>()) return fp8_layout::e5m2;
-    return fp8_layout::none;
+    if constexpr (!is_avx512) {
+      return fp8_layout::none;
+    } else {
+      if (levels == nullptr) return fp8_layout::none;
+      alignas(64) std::uint8_t codes[256];
+      std::iota(codes, codes + 256, std::uint8_t{0});
+      const auto decodes_as = [&]<fp8_layout Layout>() {
+        alignas(64) float decoded[256];
+        for (std::size_t c = 0; c < 256; c += width) decode_fp8<Layout>(codes + c).store_aligned(decoded + c);
+        return std::memcmp(decoded, levels, sizeof decoded) == 0;
+      };
+      if (decodes_as.template operator()<fp8_layout::e4m3>()) return fp8_layout::e4m3;
+      if (decodes_as.template operator()<fp8_layout::e4m3fnuz>()) return fp8_layout::e4m3fnuz;
+      if (decodes_as.template operator()<fp8_layout::e5m2>()) return fp8_layout::e5m2;
+      return fp8_layout::none;
+    }
   }
 
   // How a block's lanes find their parameters: none (rows whose parameters the caller
@@ -919,7 +923,7 @@ struct kernels {
       switch (decode.shape()) {
       case param_shape::none: return use.template operator()<Blocks, param_shape::none, fp8_layout::none>();
       case param_shape::whole:
-        if constexpr (!Affine && Bits == 8) {
+        if constexpr (is_avx512 && !Affine && Bits == 8) {
           constexpr auto whole = param_shape::whole;
           switch (decode.fp8) {
           case fp8_layout::e4m3: return use.template operator()<Blocks, whole, fp8_layout::e4m3>();
