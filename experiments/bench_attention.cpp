@@ -29,6 +29,8 @@ const std::vector<std::pair<std::string, std::string>> recipes = {
     {"int8@group(32)", "k=int8@group(32),v=int8@group(32)"},
     {"int4@group(32)", "k=int4@group(32),v=int4@group(32)"},
     {"kivi-2", "k=uint2@channel(32),v=uint2@group(32),residual=128"},
+    // KIVI-2 with per-token keys: the per-channel (KIVI) key path should be as fast.
+    {"uint2@group(32)", "k=uint2@group(32),v=uint2@group(32)"},
     {"fp8_e4m3@token", "k=fp8_e4m3@token,v=fp8_e4m3@token"},
 };
 
