@@ -725,7 +725,7 @@ struct kernels {
   // fp16 / 2^8 with the exponent field one bit shorter, E4M3FNUZ fp16 / 2^7). So 16 codes
   // decode with a widen, two shifts, a bit select, one fp16 conversion and an exact
   // multiply, instead of a 16-element gather from the levels table. NaN codes become the
-  // canonical quiet NaN. A records' levels table takes this path only when it is, bit for
+  // canonical quiet NaN. A record format's levels table takes this path only when it is, bit for
   // bit, what this decoder gives for all 256 codes (checked once per call), so results
   // equal the table's.
   enum class fp8_layout : std::uint8_t { none, e4m3, e4m3fnuz, e5m2 };
@@ -807,6 +807,9 @@ struct kernels {
     // themselves: vpermps reads only the low 4 bits of each lane, so one permute replaces a
     // mask and a convert (2-bit codes: the table repeats every 4 entries, past the next code).
     static constexpr bool code_table = is_avx512 && Affine && Bits <= 4;
+    // Width of the codes small_table looks up: the code table, table codes of up to 4 bits,
+    // or none (affine codes convert, 8-bit table codes gather).
+    static constexpr unsigned table_bits = code_table ? 4 : Affine || Bits > 4 ? 0 : Bits;
     static constexpr std::array<float, 16> table_of_codes = [] {
       std::array<float, 16> codes{};
       for (unsigned i = 0; i < 16; ++i) codes[i] = static_cast<float>(i % (1u << Bits));
@@ -814,9 +817,7 @@ struct kernels {
     }();
 
     explicit coded_values(const record_format& format)
-        : f(format), table(code_table ? table_of_codes.data() : format.levels, code_table           ? 4
-                                                                               : Affine || Bits > 4 ? 0
-                                                                                                    : Bits),
+        : f(format), table(code_table ? table_of_codes.data() : format.levels, table_bits),
           whole_groups(format.group_channels % block == 0), fixed_constant(Affine ? -format.offset : 0.0f) {
       groups = f.groups();
       params_at = f.code_bytes();
