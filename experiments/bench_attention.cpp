@@ -49,7 +49,26 @@ void on_threads(unsigned threads, Work&& work) {
 }
 
 // Reads a buffer four times the last-level cache with `threads` threads through the active
-// ISA's vector absmax kernel (one load and two vector operations per vector of floats).
+// ISA's vector absmax kernel (one load and two vector operations per vector of floats), in
+// pieces of 4 KiB with every line of the piece 8 KiB ahead prefetched into L2, as the
+// attention kernels do: without it the read measured 10-12 % slower than with it, and f16
+// attention read faster than the "bandwidth".
+constexpr std::size_t read_piece_bytes = 4096, read_prefetch_distance = 8192;
+
+float absmax_prefetching(const kvlab::kernel_table& kernels, const float* data, std::size_t count) {
+  constexpr std::size_t piece = read_piece_bytes / sizeof(float), line = 64;
+  const char* bytes = reinterpret_cast<const char*>(data);
+  const char* end = reinterpret_cast<const char*>(data + count);
+  float result = 0.0f;
+  for (std::size_t first = 0; first < count; first += piece) {
+    const char* ahead = bytes + first * sizeof(float) + read_prefetch_distance;
+    for (std::size_t at = 0; at < read_piece_bytes && ahead + at < end; at += line)
+      __builtin_prefetch(ahead + at, 0, 2);
+    result = std::max(result, kernels.absmax(data + first, std::min(piece, count - first)));
+  }
+  return result;
+}
+
 void memory_read(benchmark::State& state) {
   const auto threads = static_cast<unsigned>(state.range(0));
   static std::vector<float> buffer(4 * last_level_cache_bytes() / sizeof(float), 1.0f);
@@ -57,7 +76,9 @@ void memory_read(benchmark::State& state) {
   const std::size_t per_thread = buffer.size() / threads;
   std::vector<float> results(threads);
   for (auto _ : state) {
-    on_threads(threads, [&](unsigned w) { results[w] = kernels.absmax(buffer.data() + w * per_thread, per_thread); });
+    on_threads(threads, [&](unsigned w) {
+      results[w] = absmax_prefetching(kernels, buffer.data() + w * per_thread, per_thread);
+    });
     benchmark::DoNotOptimize(results.data());
   }
   state.counters["bytes_per_second"] = benchmark::Counter(static_cast<double>(per_thread * threads * sizeof(float)),
