@@ -525,19 +525,27 @@ struct kernels {
   // past the run is harmless. Without it f16 attention at 32k context ran about 1.5x slower;
   // a second prefetch into L1 at 2 KiB measured no better and costs L2-resident loops time.
   static constexpr std::size_t prefetch_distance = 8192;
-  // A request waits for a free L1 fill buffer, so a burst of them stalls the loop: loops
-  // over many records spread their requests over their work, part `part` of `parts` at a
-  // time (measured 5-10 % faster from DRAM than one burst per 16 records).
-  static void prefetch_part(const std::uint8_t* begin, std::size_t bytes, std::size_t part,
-                            std::size_t parts) noexcept {
+  // The lines that start inside [begin, begin + bytes) 8 KiB ahead: where they start and
+  // how many.
+  struct prefetch_span {
+    std::uintptr_t first;
+    std::size_t lines;
+  };
+  static prefetch_span lines_ahead(const std::uint8_t* begin, std::size_t bytes) noexcept {
     const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(begin) + prefetch_distance;
     const std::uintptr_t first = (start + 63) & ~std::uintptr_t{63};
-    const std::size_t lines = first < start + bytes ? (start + bytes - first + 63) / 64 : 0;
-    for (std::size_t line = part * lines / parts, end = (part + 1) * lines / parts; line < end; ++line)
-      _mm_prefetch(reinterpret_cast<const char*>(first + 64 * line), _MM_HINT_T1);
+    return {first, first < start + bytes ? (start + bytes - first + 63) / 64 : 0};
+  }
+  // A request waits for a free L1 fill buffer, so a burst of them stalls the loop: loops
+  // over many records spread their requests over their work, asking in part `part` of
+  // `parts` for lines part, part + parts, ... (measured 5-10 % faster from DRAM than one
+  // burst per 16 records).
+  static void prefetch_part(prefetch_span span, std::size_t part, std::size_t parts) noexcept {
+    for (std::size_t line = part; line < span.lines; line += parts)
+      _mm_prefetch(reinterpret_cast<const char*>(span.first + 64 * line), _MM_HINT_T1);
   }
   static void prefetch_record(const std::uint8_t* record, std::size_t bytes) noexcept {
-    prefetch_part(record, bytes, 0, 1);
+    prefetch_part(lines_ahead(record, bytes), 0, 1);
   }
 
   // scores[h * stride + t] = sum of the lanes of token(t)[h] for t < count and h < H,
@@ -1204,6 +1212,11 @@ struct kernels {
     if constexpr (is_avx512) {
       constexpr std::size_t per_dword = 32 / Bits;
       constexpr std::size_t chains = H <= 2 ? 4 : 2; // independent multiply-add chains per head
+      // Dwords per chunk when every chunk has the same, known at compile time (0 if not).
+      constexpr std::size_t fixed_chunk = Dwords == 0                 ? 0
+                                          : Dwords <= token_lanes     ? Dwords
+                                          : Dwords % token_lanes == 0 ? token_lanes
+                                                                      : 0;
       const std::size_t n = f.head_dim, record_bytes = f.record_bytes;
       const std::size_t params = f.params_per_group, params_at = f.code_bytes();
       const std::size_t dwords = Dwords ? Dwords : f.code_bytes() / 4;
@@ -1223,20 +1236,38 @@ struct kernels {
           for (std::size_t g = 0; g < f.groups(); ++g)
             query_sums[h][g] = std::accumulate(queries + h * n + g * f.group_channels,
                                                queries + h * n + (g + 1) * f.group_channels, 0.0f);
-      // Parameter p of every token in the batch (lanes past the batch: 0). An fp16 one is
-      // the high half of the dword ending with it, which stays inside the record.
-      const auto parameter = [&](const std::uint8_t* batch, __mmask16 valid, std::size_t p) {
-        if (f.params_f32)
-          return _mm512_castsi512_ps(
-              _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + params_at + 4 * p, 1));
-        const __m512i dwords = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets,
-                                                           batch + params_at + 2 * p - 2, 1);
-        return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dwords, 16)));
+      // Every parameter of the batch, one vector each (lanes past the batch: 0), gathered
+      // when the batch starts so that the gathers' latency overlaps the codes' work. Two
+      // fp16 parameters share a gathered dword; an odd last one is the high half of the
+      // dword ending with it, which stays inside the record.
+      const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
+      __m512 batch_params[2 * max_groups];
+      const auto gather_params = [&](const std::uint8_t* batch, __mmask16 valid) {
+        const auto gather = [&](std::size_t offset) {
+          return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + offset, 1);
+        };
+        const auto fp16_low = [](__m512i d) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)); };
+        for (std::size_t p = 0; p < param_count;) {
+          if (f.params_f32) {
+            batch_params[p] = _mm512_castsi512_ps(gather(params_at + 4 * p));
+            p += 1;
+          } else if (p + 1 < param_count) {
+            const __m512i pair = gather(params_at + 2 * p);
+            batch_params[p] = fp16_low(pair);
+            batch_params[p + 1] = fp16_low(_mm512_srli_epi32(pair, 16));
+            p += 2;
+          } else {
+            batch_params[p] = fp16_low(_mm512_srli_epi32(gather(params_at + 2 * p - 2), 16));
+            p += 1;
+          }
+        }
       };
       for (std::size_t first = 0; first < count; first += token_lanes) {
         const std::size_t batch = std::min(token_lanes, count - first);
         const __mmask16 valid = static_cast<__mmask16>((1u << batch) - 1);
         const std::uint8_t* batch_records = records + first * record_bytes;
+        gather_params(batch_records, valid);
+        const prefetch_span ahead = lines_ahead(batch_records, batch * record_bytes);
         __m512 sums[H], parts[H][chains];
         for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
         for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
@@ -1247,9 +1278,9 @@ struct kernels {
             columns[t] = t < batch ? _mm512_maskz_loadu_epi8(bytes, batch_records + t * record_bytes + 4 * chunk)
                                    : _mm512_setzero_si512();
           transpose_dwords(columns);
-          for (std::size_t d = 0; d < chunk_dwords; ++d) {
+          const auto column = [&](std::size_t d) __attribute__((always_inline)) {
             const std::size_t j = chunk + d;
-            prefetch_part(batch_records, batch * record_bytes, j, dwords);
+            prefetch_part(ahead, j, dwords);
             if (j % group_dwords == 0)
               for (std::size_t h = 0; h < H; ++h) std::fill_n(parts[h], chains, _mm512_setzero_ps());
 #pragma clang loop unroll(full) // compile-time trip count: every partial sum stays in a register
@@ -1266,17 +1297,22 @@ struct kernels {
               for (std::size_t h = 0; h < H; ++h)
                 parts[h][k % chains] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n]), level, parts[h][k % chains]);
             }
-            if ((j + 1) % group_dwords != 0) continue;
+            if ((j + 1) % group_dwords != 0) return;
             const std::size_t g = j / group_dwords;
-            __m512 scale = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
-            if (params > 0) scale = parameter(batch_records, valid, g * params);
-            if (params > 1) zero = parameter(batch_records, valid, g * params + 1);
             for (std::size_t h = 0; h < H; ++h) {
               __m512 part = parts[h][0];
               for (std::size_t c = 1; c < chains; ++c) part = _mm512_add_ps(part, parts[h][c]);
-              sums[h] = params > 0 ? _mm512_fmadd_ps(part, scale, sums[h]) : _mm512_add_ps(part, sums[h]);
-              if (params > 1) sums[h] = _mm512_fmadd_ps(zero, _mm512_set1_ps(query_sums[h][g]), sums[h]);
+              sums[h] =
+                  params > 0 ? _mm512_fmadd_ps(part, batch_params[g * params], sums[h]) : _mm512_add_ps(part, sums[h]);
+              if (params > 1)
+                sums[h] = _mm512_fmadd_ps(batch_params[g * params + 1], _mm512_set1_ps(query_sums[h][g]), sums[h]);
             }
+          };
+          if constexpr (fixed_chunk > 0) {
+#pragma clang loop unroll(full) // whole columns unrolled: group ends and prefetch parts are compile-time
+            for (std::size_t d = 0; d < fixed_chunk; ++d) column(d);
+          } else {
+            for (std::size_t d = 0; d < chunk_dwords; ++d) column(d);
           }
         }
         for (std::size_t h = 0; h < H; ++h) _mm512_mask_storeu_ps(scores + h * stride + first, valid, sums[h]);
