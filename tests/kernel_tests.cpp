@@ -376,6 +376,50 @@ BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(simd_channel_parameter_folds_match_scalar) {
+  // Per-channel key blocks (KIVI) fold their scales and zeros into the queries once per
+  // block: the scaled queries are plain products (bit-identical), the zero terms dots.
+  // Head dims with and without tails, past the vector path's limit (1030), fp16 and f32,
+  // one and two parameters per channel, misaligned parameters and queries.
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  random_bytes random;
+  for (const auto isa : simd_isas()) {
+    const auto& simd = kvlab::kernels_for(isa);
+    for (const std::size_t n : {8u, 20u, 128u, 130u, 1030u})
+      for (const unsigned per_channel : {1u, 2u})
+        for (const bool params_f32 : {false, true})
+          for (const std::size_t heads : {1u, 3u, 4u}) {
+            BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << " n " << n << " per_channel " << per_channel
+                                                    << (params_f32 ? " f32" : " f16") << " heads " << heads) {
+              const auto values = random.floats(n * per_channel);
+              std::vector<std::uint8_t> params(1 + n * per_channel * (params_f32 ? 4 : 2));
+              for (std::size_t i = 0; i < values.size(); ++i) {
+                const std::uint16_t half = kvlab::float_to_half_bits(values[i]);
+                if (params_f32)
+                  std::memcpy(params.data() + 1 + 4 * i, &values[i], 4);
+                else
+                  std::memcpy(params.data() + 1 + 2 * i, &half, 2);
+              }
+              const auto queries = random.floats(heads * n + 1);
+              std::vector<float> scaled_simd(heads * n, -7.0f), scaled_scalar = scaled_simd;
+              std::vector<float> terms_simd(heads, -7.0f), terms_scalar = terms_simd;
+              simd.fold_channel_params(params.data() + 1, n, per_channel, params_f32, queries.data() + 1, heads,
+                                       scaled_simd.data(), terms_simd.data());
+              scalar.fold_channel_params(params.data() + 1, n, per_channel, params_f32, queries.data() + 1, heads,
+                                         scaled_scalar.data(), terms_scalar.data());
+              BOOST_TEST(scaled_simd == scaled_scalar, boost::test_tools::per_element());
+              for (std::size_t h = 0; h < heads; ++h) {
+                float magnitude = 0.0f;
+                for (std::size_t c = 0; per_channel > 1 && c < n; ++c)
+                  magnitude += std::fabs(queries[1 + h * n + c] * values[c * per_channel + 1]);
+                check_close(terms_simd[h], terms_scalar[h], magnitude);
+                if (per_channel == 1) BOOST_TEST(terms_simd[h] == 0.0f);
+              }
+            }
+          }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
   // The cache calls the kernels on runs split at page and block boundaries: every token's
   // score, and the sum over a run, must be the same bit for bit however it is split.

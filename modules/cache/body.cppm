@@ -177,12 +177,15 @@ public:
     const std::size_t head_dim = layout_.head_dim;
     scratch_.resize(heads * head_dim);
     head_terms_.resize(heads);
-    for_each_channel_block(kernels, [&](std::size_t first, std::size_t count) {
-      for (std::size_t h = 0; h < heads; ++h) {
-        const float* query = queries.data() + h * head_dim;
-        for (std::size_t c = 0; c < head_dim; ++c) scratch_[h * head_dim + c] = query[c] * block_scales_[c];
-        head_terms_[h] = kernels.dot_f32(query, reinterpret_cast<const std::uint8_t*>(block_zeros_.data()), head_dim);
-      }
+    if (!params_store_) {
+      std::copy_n(queries.begin(), heads * head_dim, scratch_.begin());
+      std::fill(head_terms_.begin(), head_terms_.end(), 0.0f);
+    }
+    for_each_channel_block([&](std::size_t block, std::size_t first, std::size_t count) {
+      if (params_store_)
+        kernels.fold_channel_params(params_store_->record(block).data(), head_dim, layout_.params_per_group,
+                                    layout_.param_bytes == 4, queries.data(), heads, scratch_.data(),
+                                    head_terms_.data());
       for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
         kernels.dot_records(format_, scratch_.data(), heads, run.data(), n, scores + first + offset, stride);
       });
@@ -205,7 +208,8 @@ public:
     const std::size_t head_dim = layout_.head_dim;
     scratch_.resize(heads * head_dim);
     head_terms_.resize(heads);
-    for_each_channel_block(kernels, [&](std::size_t first, std::size_t count) {
+    for_each_channel_block([&](std::size_t block, std::size_t first, std::size_t count) {
+      read_block_terms(block, kernels);
       std::fill_n(scratch_.begin(), heads * head_dim, 0.0f);
       for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
         kernels.axpy_records(format_, weights + first + offset, stride, heads, run.data(), n, scratch_.data());
@@ -296,15 +300,11 @@ private:
     return (tokens() + erased) / layout_.block_tokens;
   }
 
-  // Visits each per-channel block as (first token row, live rows) with its scales and zeros
-  // read into block_scales_ and block_zeros_.
+  // Visits each per-channel block as (block, first token row, live rows).
   template <class Visit>
-  void for_each_channel_block(const kernel_table& kernels, Visit&& visit) const {
+  void for_each_channel_block(Visit&& visit) const {
     const std::size_t blocks = block_sizes_.empty() ? tokens() / layout_.block_tokens : block_sizes_.size();
-    for (std::size_t b = 0, first = 0; b < blocks; first += block_size(b), ++b) {
-      read_block_terms(b, kernels);
-      visit(first, block_size(b));
-    }
+    for (std::size_t b = 0, first = 0; b < blocks; first += block_size(b), ++b) visit(b, first, block_size(b));
   }
   // Visits token rows [first, first + count) as runs contiguous in storage: (offset from
   // first, run bytes, rows in the run).
@@ -318,7 +318,7 @@ private:
     }
   }
 
-  // Scales and zeros of per-channel block `block` for the attention loops (1 and 0 for
+  // Scales and zeros of per-channel block `block` for the values loop (1 and 0 for
   // parameterless formats); fp16 ones converted by the kernels, 0 + 1 * x being exact.
   void read_block_terms(std::size_t block, const kernel_table& kernels) const {
     const std::size_t head_dim = layout_.head_dim, params = layout_.params_per_group, n = head_dim * params;

@@ -95,6 +95,12 @@ struct kernel_table {
   // where acc_h is acc[h * head_dim, (h + 1) * head_dim).
   void (*axpy_records)(const record_format& format, const float* weights, std::size_t stride, std::size_t heads,
                        const std::uint8_t* records, std::size_t count, float* acc);
+  // One block of per-channel parameters (per_channel of 1: scales; 2: scale, zero
+  // interleaved; fp16 or f32) folded into `heads` queries of n channels:
+  // scaled[h * n + c] = queries[h * n + c] * scale(c) and zero_terms[h] = query_h . zeros
+  // (0 without zeros), so each row of the block is a plain dot with its codes.
+  void (*fold_channel_params)(const std::uint8_t* params, std::size_t n, unsigned per_channel, bool params_f32,
+                              const float* queries, std::size_t heads, float* scaled, float* zero_terms);
   // Raw float rows, possibly unaligned: f32, IEEE f16 and bf16 bit patterns.
   float (*dot_f32)(const float* query, const std::uint8_t* row, std::size_t n);
   void (*axpy_f32)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);

@@ -203,6 +203,22 @@ inline constexpr auto axpy_f16 = axpy_row<load_f16>;
 inline constexpr auto dot_bf16 = dot_row<load_bf16>;
 inline constexpr auto axpy_bf16 = axpy_row<load_bf16>;
 
+// One block of per-channel parameters (KIVI's keys, arXiv 2402.02750 section 3.2: a scale
+// and a zero per channel for a block of tokens) folded into the queries: q . (s * level + z)
+// = (q * s) . level + q . z.
+inline void fold_channel_params(const std::uint8_t* params, std::size_t n, unsigned per_channel, bool params_f32,
+                                const float* queries, std::size_t heads, float* scaled, float* zero_terms) noexcept {
+  const auto param = [&](std::size_t i) { return params_f32 ? load_f32(params, i) : load_f16(params, i); };
+  for (std::size_t h = 0; h < heads; ++h) {
+    float zero_term = 0.0f;
+    for (std::size_t c = 0; c < n; ++c) {
+      scaled[h * n + c] = queries[h * n + c] * param(c * per_channel);
+      if (per_channel > 1) zero_term += queries[h * n + c] * param(c * per_channel + 1);
+    }
+    zero_terms[h] = zero_term;
+  }
+}
+
 // Parameter `which` (0 scale, 1 zero) of group g of a record.
 inline float record_param(const record_format& f, const std::uint8_t* record, std::size_t group,
                           unsigned which) noexcept {

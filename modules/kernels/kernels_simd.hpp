@@ -1423,6 +1423,40 @@ struct kernels {
     });
   }
 
+  static void fold_channel_params(const std::uint8_t* params, std::size_t n, unsigned per_channel, bool params_f32,
+                                  const float* queries, std::size_t heads, float* scaled, float* zero_terms) noexcept {
+    if (n > max_head_dim || per_channel > 2)
+      return scalar::fold_channel_params(params, n, per_channel, params_f32, queries, heads, scaled, zero_terms);
+    alignas(64) float values[2 * max_head_dim], scales[max_head_dim], zeros[max_head_dim];
+    const std::size_t count = n * per_channel, full = count / width * width;
+    if (params_f32) {
+      std::memcpy(values, params, 4 * count);
+    } else {
+      for (std::size_t i = 0; i < full; i += width) load_f16(params + 2 * i).store_aligned(values + i);
+      for (std::size_t i = full; i < count; ++i) values[i] = scalar::load_f16(params, i);
+    }
+    for (std::size_t c = 0; c < n; ++c) {
+      scales[c] = values[c * per_channel];
+      zeros[c] = per_channel > 1 ? values[c * per_channel + 1] : 0.0f;
+    }
+    const std::size_t channels = n / width * width;
+    for (std::size_t h = 0; h < heads; ++h) {
+      const float* query = queries + h * n;
+      floats zero_sum(0.0f);
+      for (std::size_t c = 0; c < channels; c += width) {
+        const floats q = floats::load_unaligned(query + c);
+        (q * floats::load_aligned(scales + c)).store_unaligned(scaled + h * n + c);
+        zero_sum = fmadd(q, floats::load_aligned(zeros + c), zero_sum);
+      }
+      float zero_term = xsimd::hadd(zero_sum);
+      for (std::size_t c = channels; c < n; ++c) {
+        scaled[h * n + c] = query[c] * scales[c];
+        zero_term += query[c] * zeros[c];
+      }
+      zero_terms[h] = zero_term;
+    }
+  }
+
   // The exponentials are xsimd's vector exp (within 1-2 ulp of std::exp), summed in double
   // like the scalar reference; the elements the vectors do not cover are padded with -inf
   // (exp = 0) so every element takes the same path.
@@ -1477,6 +1511,7 @@ struct kernels {
             .encode_uniform_record = &encode_uniform_record,
             .dot_records = &dot_records,
             .axpy_records = &axpy_records,
+            .fold_channel_params = &fold_channel_params,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
             .axpy_f32 = &axpy_row<&load_f32, 4, &scalar::load_f32>,
             .dot_f16 = &dot_row<&load_f16, 2, &scalar::load_f16>,
