@@ -2,8 +2,8 @@
 // head_dim, GQA group and thread count, one decode step over every layer of a model with 2
 // KV heads per layer and as many layers as it takes for the cache to be at least twice the
 // last-level cache (so every step reads it from DRAM), parallel over layers. Next to it, a
-// streaming read (the active ISA's vector absmax kernel) of a buffer far larger than the
-// last-level cache with the same thread count. The summary printed at the end gives every
+// streaming read (the active ISA's vector absmax kernel, prefetching as the attention loops
+// do) of a buffer far larger than the last-level cache with the same thread count. The summary printed at the end gives every
 // attention result as GB/s of cache bytes read, as a share of that measured bandwidth, and
 // as a speed-up over f16 attention of the same shape, all from this one run.
 //   build/test/kvlab_bench_attention --benchmark_filter='ctx:32768/d:128/gqa:4' \
