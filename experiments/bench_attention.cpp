@@ -3,9 +3,10 @@
 // KV heads per layer and as many layers as it takes for the cache to be at least twice the
 // last-level cache (so every step reads it from DRAM), parallel over layers. Next to it, a
 // streaming read (the active ISA's vector absmax kernel, prefetching as the attention loops
-// do) of a buffer far larger than the last-level cache with the same thread count. The summary printed at the end gives every
-// attention result as GB/s of cache bytes read, as a share of that measured bandwidth, and
-// as a speed-up over f16 attention of the same shape, all from this one run.
+// do) of a buffer far larger than the last-level cache with the same thread count. The
+// summary printed at the end gives every attention result as GB/s of cache bytes read, as
+// a share of that measured bandwidth, and as a speed-up over f16 attention of the same
+// shape, all from this one run.
 //   build/test/kvlab_bench_attention --benchmark_filter='ctx:32768/d:128/gqa:4' \
 //       --benchmark_out=attention.json --benchmark_out_format=json
 // With --benchmark_repetitions=N the summary keeps each benchmark's best run.
