@@ -1204,11 +1204,26 @@ struct kernels {
     }
   }
 
+  // 2-bit codes by pairs of channels (the idea of lookup-table GEMV, T-MAC, arXiv 2407.00088
+  // section 3): a 16-entry table per head and pair (i, i + 1) holds q_i * level(a) +
+  // q_(i+1) * level(b) for the pair's 4 bits (a low, b high), so 2 codes cost one shift, and
+  // per head one permute of the table and one add, instead of two shifts, two permutes and
+  // two multiply-adds per head. Building the tables costs 2 vector operations per pair and
+  // head per call and saves about 3 per pair and 16 tokens. Rows without parameters are
+  // KIVI's per-channel blocks, one call per block of 32 tokens: too short to pay for the
+  // tables of more than 2 heads. The choice depends on the format and the heads per pass,
+  // never on the run's length, so splitting a run does not change its arithmetic.
+  static constexpr std::size_t max_pair_channels = 256;
+  static bool pair_tables_pay(const record_format& f, std::size_t heads_per_pass) noexcept {
+    return f.bits == 2 && f.head_dim <= max_pair_channels && (f.params_per_group > 0 || heads_per_pass <= 2);
+  }
+
   // Dwords (of codes per record) and GroupDwords (per group) are fixed at compile time for
-  // the common shapes, 0 when known only at run time.
-  template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords>
+  // the common shapes, 0 when known only at run time. Pairs: 2-bit codes through pair tables.
+  template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords, bool Pairs>
   static void dot_token_lanes(const record_format& f, const float* queries, const std::uint8_t* records,
                               std::size_t count, float* scores, std::size_t stride) noexcept {
+    static_assert(!Pairs || Bits == 2);
     if constexpr (is_avx512) {
       constexpr std::size_t per_dword = 32 / Bits;
       constexpr std::size_t chains = H <= 2 ? 4 : 2; // independent multiply-add chains per head
@@ -1230,6 +1245,21 @@ struct kernels {
       const __m512 byte_offset = _mm512_set1_ps(0x1p23f + f.offset);
       const __m512i record_offsets =
           _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
+      constexpr std::size_t pair_stride = max_pair_channels / 2 * token_lanes; // floats per head
+      alignas(64) float pair_tables[Pairs ? H * pair_stride : 1];
+      if constexpr (Pairs) {
+        alignas(64) float low[token_lanes], high[token_lanes];
+        for (std::size_t i = 0; i < token_lanes; ++i) {
+          low[i] = static_cast<float>(i % 4) - f.offset;
+          high[i] = static_cast<float>(i / 4) - f.offset;
+        }
+        const __m512 lows = _mm512_load_ps(low), highs = _mm512_load_ps(high);
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t i = 0; i < n; i += 2)
+            _mm512_store_ps(pair_tables + h * pair_stride + i / 2 * token_lanes,
+                            _mm512_fmadd_ps(_mm512_set1_ps(queries[h * n + i + 1]), highs,
+                                            _mm512_mul_ps(_mm512_set1_ps(queries[h * n + i]), lows)));
+      }
       alignas(64) float query_sums[max_heads][max_groups];
       if (params == 2)
         for (std::size_t h = 0; h < H; ++h)
@@ -1283,8 +1313,18 @@ struct kernels {
             prefetch_part(ahead, j, dwords);
             if (j % group_dwords == 0)
               for (std::size_t h = 0; h < H; ++h) std::fill_n(parts[h], chains, _mm512_setzero_ps());
+            if constexpr (Pairs) {
+#pragma clang loop unroll(full)
+              for (std::size_t k = 0; k < per_dword / 2; ++k) {
+                const __m512i pair = k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(4 * k));
+                const float* tables = pair_tables + (j * per_dword / 2 + k) * token_lanes;
+                for (std::size_t h = 0; h < H; ++h)
+                  parts[h][k % chains] = _mm512_add_ps(
+                      parts[h][k % chains], _mm512_permutexvar_ps(pair, _mm512_load_ps(tables + h * pair_stride)));
+              }
+            }
 #pragma clang loop unroll(full) // compile-time trip count: every partial sum stays in a register
-            for (std::size_t k = 0; k < per_dword; ++k) {
+            for (std::size_t k = 0; k < (Pairs ? 0 : per_dword); ++k) {
               const __m512i shifted =
                   k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(k * Bits));
               __m512 level;
@@ -1366,8 +1406,12 @@ struct kernels {
       const auto with_bits = [&]<unsigned Bits>() {
         for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
           const auto run = [&]<std::size_t Dwords, std::size_t GroupDwords>() {
-            dot_token_lanes<Bits, H, Dwords, GroupDwords>(f, queries + h * n, records, count, scores + h * stride,
-                                                          stride);
+            if constexpr (Bits == 2)
+              if (pair_tables_pay(f, H))
+                return dot_token_lanes<Bits, H, Dwords, GroupDwords, true>(f, queries + h * n, records, count,
+                                                                           scores + h * stride, stride);
+            dot_token_lanes<Bits, H, Dwords, GroupDwords, false>(f, queries + h * n, records, count,
+                                                                 scores + h * stride, stride);
           };
           constexpr std::size_t dwords_of_128 = 4 * Bits; // head_dim 128
           if (n != 128) return run.template operator()<0, 0>();
