@@ -1473,15 +1473,25 @@ struct kernels {
       return scalar::fold_channel_params(params, n, per_channel, params_f32, queries, heads, scaled, zero_terms);
     alignas(64) float values[2 * max_head_dim], scales[max_head_dim], zeros[max_head_dim];
     const std::size_t count = n * per_channel, full = count / width * width;
-    if (params_f32) {
-      std::memcpy(values, params, 4 * count);
+    if (is_avx512 && !params_f32 && per_channel == 2 && n % width == 0) {
+      // KIVI's layout: a channel's fp16 scale and zero are the low and high half of a dword.
+      if constexpr (is_avx512)
+        for (std::size_t c = 0; c < n; c += width) {
+          const __m512i pairs = _mm512_loadu_si512(params + 4 * c);
+          _mm512_store_ps(scales + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs)));
+          _mm512_store_ps(zeros + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16))));
+        }
     } else {
-      for (std::size_t i = 0; i < full; i += width) load_f16(params + 2 * i).store_aligned(values + i);
-      for (std::size_t i = full; i < count; ++i) values[i] = scalar::load_f16(params, i);
-    }
-    for (std::size_t c = 0; c < n; ++c) {
-      scales[c] = values[c * per_channel];
-      zeros[c] = per_channel > 1 ? values[c * per_channel + 1] : 0.0f;
+      if (params_f32) {
+        std::memcpy(values, params, 4 * count);
+      } else {
+        for (std::size_t i = 0; i < full; i += width) load_f16(params + 2 * i).store_aligned(values + i);
+        for (std::size_t i = full; i < count; ++i) values[i] = scalar::load_f16(params, i);
+      }
+      for (std::size_t c = 0; c < n; ++c) {
+        scales[c] = values[c * per_channel];
+        zeros[c] = per_channel > 1 ? values[c * per_channel + 1] : 0.0f;
+      }
     }
     const std::size_t channels = n / width * width;
     for (std::size_t h = 0; h < heads; ++h) {
