@@ -1204,9 +1204,11 @@ struct kernels {
     }
   }
 
-  // 2-bit codes by pairs of channels (the idea of lookup-table GEMV, T-MAC, arXiv 2407.00088
-  // section 3): a 16-entry table per head and pair (i, i + 1) holds q_i * level(a) +
-  // q_(i+1) * level(b) for the pair's 4 bits (a low, b high), so 2 codes cost one shift, and
+  // 2-bit codes by pairs of channels (T-MAC's idea, arXiv 2407.00088: table lookups of
+  // precomputed activation sums in place of multiply-adds over low-bit weights; here in
+  // fp32, each entry rounded once): a 16-entry table per head and pair (i, i + 1) holds
+  // q_i * level(a) + q_(i+1) * level(b) for the pair's 4 bits (a low, b high), so 2 codes
+  // cost one shift, and
   // per head one permute of the table and one add, instead of two shifts, two permutes and
   // two multiply-adds per head. Building the tables costs 2 vector operations per pair and
   // head per call and saves about 3 per pair and 16 tokens. Rows without parameters are
