@@ -1208,9 +1208,8 @@ struct kernels {
   // precomputed activation sums in place of multiply-adds over low-bit weights; here in
   // fp32, each entry rounded once): a 16-entry table per head and pair (i, i + 1) holds
   // q_i * level(a) + q_(i+1) * level(b) for the pair's 4 bits (a low, b high), so 2 codes
-  // cost one shift, and
-  // per head one permute of the table and one add, instead of two shifts, two permutes and
-  // two multiply-adds per head. Building the tables costs 2 vector operations per pair and
+  // cost one shift, and per head one permute of the table and one add, instead of two
+  // shifts, two permutes and two multiply-adds per head. Building the tables costs 2 vector operations per pair and
   // head per call and saves about 3 per pair and 16 tokens. Rows without parameters are
   // KIVI's per-channel blocks, one call per block of 32 tokens: too short to pay for the
   // tables of more than 2 heads (KIVI-2 at GQA 4 measured 40-50 ns per token with them,
