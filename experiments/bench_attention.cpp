@@ -202,11 +202,17 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
-  for (const long threads : {1, 2})
-    benchmark::RegisterBenchmark(("memory_read/threads:" + std::to_string(threads)).c_str(), memory_read)
-        ->Arg(threads)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
+  // The read probe runs first and again last: other tenants' load only slows a run down, so
+  // the summary's best of the two is less likely to be a busy moment's rate (one busy probe
+  // had f16 attention reading at 126 % of it).
+  const auto register_read_probe = [] {
+    for (const long threads : {1, 2})
+      benchmark::RegisterBenchmark(("memory_read/threads:" + std::to_string(threads)).c_str(), memory_read)
+          ->Arg(threads)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+  };
+  register_read_probe();
   for (const auto& [label, recipe] : recipes)
     for (const long context : {1024, 8192, 32768, 131072})
       for (const long head_dim : {64, 128})
@@ -220,6 +226,7 @@ int main(int argc, char** argv) {
                 ->Args({context, head_dim, group, threads})
                 ->Unit(benchmark::kMicrosecond)
                 ->UseRealTime();
+  register_read_probe();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   summarizing_reporter reporter;
