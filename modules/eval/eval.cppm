@@ -171,11 +171,13 @@ inline void append_token(kv_cache& cache, const kv_data& data, std::size_t t) {
 }
 
 // Decode attention with the queries of token t in `layer` over the cache (out and trace
-// filled, q_heads x head_dim); the cache observes the step when `observe`.
+// filled, q_heads x head_dim); the cache observes the step when `observe`. `queries` is
+// the caller's scratch for the token's query rows, kept across calls.
 inline void attend_token(kv_cache& cache, const kv_data& data, std::size_t layer, std::size_t t, bool observe,
-                         std::span<float> out, attention_trace& trace, const kernel_table& kernels) {
+                         std::span<float> out, attention_trace& trace, std::vector<float>& queries,
+                         const kernel_table& kernels) {
   const std::size_t head_dim = data.head_dim(), q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  std::vector<float> queries(q_heads * head_dim);
+  queries.resize(q_heads * head_dim);
   for (std::size_t h = 0; h < q_heads; ++h)
     std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
   decode_attention(cache, layer, queries, out, kernels, &trace);
@@ -191,10 +193,10 @@ inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, s
                           const kernel_table& kernels) {
   append_token(cache, data, t);
   if (cache.observes_prefill_token(t, prefill)) {
-    std::vector<float> out(data.q_heads() * data.head_dim());
+    std::vector<float> out(data.q_heads() * data.head_dim()), queries;
     attention_trace trace;
     for (std::size_t layer = 0; layer < data.layers(); ++layer)
-      attend_token(cache, data, layer, t, true, out, trace, kernels);
+      attend_token(cache, data, layer, t, true, out, trace, queries, kernels);
   }
   cache.token_done();
 }
@@ -223,7 +225,7 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   cache.prefill_done();
 
   const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  std::vector<float> out(q_heads * head_dim), approx_ip;
+  std::vector<float> out(q_heads * head_dim), approx_ip, queries;
   attention_trace trace;
   std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
   std::vector<double> approx_p;
@@ -231,7 +233,7 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   for (std::size_t t = prefill; t < tokens; ++t) {
     append_token(cache, data, t);
     for (std::size_t layer = 0; layer < data.layers(); ++layer) {
-      attend_token(cache, data, layer, t, cache.observes_decode_steps(), out, trace, kernels);
+      attend_token(cache, data, layer, t, cache.observes_decode_steps(), out, trace, queries, kernels);
       for (std::size_t h = 0; h < q_heads; ++h) {
         const auto query = data.queries.row(layer, h, t);
         if (!exact) exact_entry(data, layer, h, t, computed);
