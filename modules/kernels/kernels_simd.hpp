@@ -1209,12 +1209,12 @@ struct kernels {
   // fp32, each entry rounded once): a 16-entry table per head and pair (i, i + 1) holds
   // q_i * level(a) + q_(i+1) * level(b) for the pair's 4 bits (a low, b high), so 2 codes
   // cost one shift, and per head one permute of the table and one add, instead of two
-  // shifts, two permutes and two multiply-adds per head. Building the tables costs 2 vector operations per pair and
-  // head per call and saves about 3 per pair and 16 tokens. Rows without parameters are
-  // KIVI's per-channel blocks, one call per block of 32 tokens: too short to pay for the
-  // tables of more than 2 heads (KIVI-2 at GQA 4 measured 40-50 ns per token with them,
-  // 32-37 without). The choice depends on the format and the heads per pass,
-  // never on the run's length, so splitting a run does not change its arithmetic.
+  // shifts, two permutes and two multiply-adds per head. Building the tables costs 2
+  // vector operations per pair and head per call and saves about 3 per pair and 16 tokens.
+  // Rows without parameters are KIVI's per-channel blocks, one call per block of 32 tokens:
+  // too short to pay for the tables of more than 2 heads (KIVI-2 at GQA 4 measured 40-50 ns
+  // per token with them, 32-37 without). The choice depends on the format and the heads
+  // per pass, never on the run's length, so splitting a run does not change its arithmetic.
   static constexpr std::size_t max_pair_channels = 256;
   static bool pair_tables_pay(const record_format& f, std::size_t heads_per_pass) noexcept {
     return f.bits == 2 && f.head_dim <= max_pair_channels && (f.params_per_group > 0 || heads_per_pass <= 2);
