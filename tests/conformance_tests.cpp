@@ -24,7 +24,7 @@ std::vector<float> gaussian_rows(std::size_t rows, std::size_t head_dim, std::ui
 
 std::vector<kvlab::isa> every_isa() {
   std::vector<kvlab::isa> isas{kvlab::isa::scalar};
-  for (const auto isa : {kvlab::isa::avx2, kvlab::isa::avx512})
+  for (const auto isa : {kvlab::isa::avx2, kvlab::isa::avx512, kvlab::isa::avx512_vnni})
     if (kvlab::cpu_supports(isa)) isas.push_back(isa);
   return isas;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -16,7 +17,7 @@ namespace {
 
 std::vector<kvlab::isa> simd_isas() {
   std::vector<kvlab::isa> isas;
-  for (const auto candidate : {kvlab::isa::avx2, kvlab::isa::avx512})
+  for (const auto candidate : {kvlab::isa::avx2, kvlab::isa::avx512, kvlab::isa::avx512_vnni})
     if (kvlab::cpu_supports(candidate)) isas.push_back(candidate);
   return isas;
 }
@@ -373,6 +374,93 @@ BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
         }
       }
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(integer_key_dots_keep_the_query_to_two_ulps_of_its_unit) {
+  // avx512vnni's keys: the query is split per unit of (at most) 32 channels into three
+  // signed 7-bit slices, so each element may move by max |q| of its unit / (127 * 2^15) and
+  // no more. Checked against exact (double) dots over the decoded keys, with queries that
+  // are plain, that have one outlier 10^6 times the rest (it must cost only its own
+  // unit), whose units differ by powers of 10, and whose units are zero. A query that is
+  // not finite takes the float kernels: the same bits as avx512.
+  if (!kvlab::cpu_supports(kvlab::isa::avx512_vnni)) {
+    BOOST_TEST_MESSAGE("this CPU has no AVX-512 VNNI: integer key dots not run");
+    return;
+  }
+  const auto& vnni = kvlab::kernels_for(kvlab::isa::avx512_vnni);
+  const auto& avx512 = kvlab::kernels_for(kvlab::isa::avx512);
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  random_bytes random;
+  struct shape {
+    unsigned bits;
+    float offset;
+    std::size_t head_dim, group;
+  };
+  for (const auto [bits, offset, head_dim, group] :
+       {shape{4, 8.0f, 128, 32}, shape{8, 128.0f, 128, 32}, shape{2, 0.0f, 128, 32}, shape{4, 8.0f, 64, 64},
+        shape{2, 0.0f, 48, 16}, shape{8, 0.0f, 24, 24}}) {
+    const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
+                                 .record_bytes = head_dim * bits / 8 + head_dim / group * 4,
+                                 .head_dim = head_dim,
+                                 .group_channels = group,
+                                 .bits = bits,
+                                 .params_per_group = 2,
+                                 .offset = offset};
+    const std::size_t count = 37, groups = head_dim / group, unit = group % 32 == 0 ? 32 : group;
+    std::vector<std::uint8_t> records = random(count * f.record_bytes);
+    std::vector<float> scales(count * groups);
+    for (std::size_t t = 0; t < count; ++t)
+      for (std::size_t g = 0; g < groups; ++g) {
+        // zero 0: a zero's term rounds with the sum of the query, outlier included, which
+        // would hide how finely the other channels were sliced
+        const float scale = 0.01f * static_cast<float>((t + g) % 7 + 1), zero = 0.0f;
+        const std::uint16_t params[2] = {kvlab::float_to_half_bits(scale), kvlab::float_to_half_bits(zero)};
+        std::memcpy(records.data() + t * f.record_bytes + f.code_bytes() + 4 * g, params, 4);
+        scales[t * groups + g] = kvlab::half_bits_to_float(params[0]);
+      }
+    // Channel 5's codes are 0: the outlier below then adds nothing to the integer sums.
+    for (std::size_t t = 0; t < count; ++t)
+      records[t * f.record_bytes + 5 * bits / 8] &= static_cast<std::uint8_t>(~(((1u << bits) - 1) << (5 * bits % 8)));
+    std::vector<float> decoded(count * head_dim, 0.0f);
+    for (std::size_t t = 0; t < count; ++t) {
+      const float one = 1.0f;
+      scalar.axpy_records(f, &one, 1, 1, records.data() + t * f.record_bytes, 1, &decoded[t * head_dim]);
+    }
+    for (const int kind : {0, 1, 2, 3}) {
+      auto query = random.floats(head_dim);
+      for (std::size_t c = 0; c < head_dim; ++c) {
+        if (kind == 1 && c == 5) query[c] *= 1e6f;
+        if (kind == 2) query[c] *= std::pow(10.0f, static_cast<float>(c / unit % 5) - 2.0f);
+        if (kind == 3 && c / unit % 2 == 1) query[c] = 0.0f;
+      }
+      std::vector<float> scores(count);
+      vnni.dot_records(f, query.data(), 1, records.data(), count, scores.data(), count);
+      for (std::size_t t = 0; t < count; ++t) {
+        BOOST_TEST_CONTEXT("bits " << bits << " head_dim " << head_dim << " group " << group << " query kind " << kind
+                                   << " token " << t) {
+          double exact = 0.0, slice_bound = 0.0, magnitude = 0.0;
+          for (std::size_t c = 0; c < head_dim; ++c) {
+            const float scale = scales[t * groups + c / group];
+            const double code = kvlab::unpack_code(std::span(records).subspan(t * f.record_bytes), c, bits);
+            const float unit_max = *std::max_element(query.begin() + static_cast<std::ptrdiff_t>(c / unit * unit),
+                                                     query.begin() + static_cast<std::ptrdiff_t>((c / unit + 1) * unit),
+                                                     [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+            exact += static_cast<double>(query[c]) * decoded[t * head_dim + c];
+            slice_bound += std::fabs(unit_max) / (127.0 * 32768.0) * scale * code;
+            // what the kernel sums in floats: q * scale * code, and offset times q
+            magnitude += std::fabs(query[c]) * scale * (code + std::fabs(offset));
+          }
+          BOOST_TEST(std::fabs(scores[t] - exact) <= slice_bound + 4e-7 * magnitude);
+        }
+      }
+    }
+    auto infinite = random.floats(2 * head_dim);
+    infinite[head_dim + 3] = std::numeric_limits<float>::infinity();
+    std::vector<float> scores_vnni(2 * count), scores_avx512(2 * count);
+    vnni.dot_records(f, infinite.data(), 2, records.data(), count, scores_vnni.data(), count);
+    avx512.dot_records(f, infinite.data(), 2, records.data(), count, scores_avx512.data(), count);
+    BOOST_TEST(std::memcmp(scores_vnni.data(), scores_avx512.data(), 4 * scores_vnni.size()) == 0);
   }
 }
 

@@ -13,20 +13,29 @@ bool cpu_supports(isa instruction_set) noexcept {
   case isa::avx2: return available.avx2 && available.fma3_avx2 && __builtin_cpu_supports("f16c");
   case isa::avx512:
     return available.avx512bw && available.avx512dq && available.avx512f && __builtin_cpu_supports("avx512vl");
+  case isa::avx512_vnni: return cpu_supports(isa::avx512) && __builtin_cpu_supports("avx512vnni");
   }
   return false;
+}
+
+const kernel_table& kernels_of(isa instruction_set) noexcept {
+  switch (instruction_set) {
+  case isa::avx512_vnni: return avx512_vnni_kernels();
+  case isa::avx512: return avx512_kernels();
+  case isa::avx2: return avx2_kernels();
+  case isa::scalar: break;
+  }
+  return scalar_kernels();
 }
 
 const kernel_table& active_kernels() noexcept {
   static const kernel_table& table = []() -> const kernel_table& {
     if (const char* forced = std::getenv("KVLAB_ISA"); forced && *forced) {
-      for (const isa candidate : {isa::scalar, isa::avx2, isa::avx512})
-        if (isa_name(candidate) == forced && cpu_supports(candidate))
-          return candidate == isa::avx512 ? avx512_kernels()
-                 : candidate == isa::avx2 ? avx2_kernels()
-                                          : scalar_kernels();
+      for (const isa candidate : {isa::scalar, isa::avx2, isa::avx512, isa::avx512_vnni})
+        if (isa_name(candidate) == forced && cpu_supports(candidate)) return kernels_of(candidate);
       return scalar_kernels();
     }
+    if (cpu_supports(isa::avx512_vnni)) return avx512_vnni_kernels();
     if (cpu_supports(isa::avx512)) return avx512_kernels();
     if (cpu_supports(isa::avx2)) return avx2_kernels();
     return scalar_kernels();
@@ -39,6 +48,7 @@ std::string_view isa_name(isa instruction_set) noexcept {
   case isa::scalar: return "scalar";
   case isa::avx2: return "avx2";
   case isa::avx512: return "avx512";
+  case isa::avx512_vnni: return "avx512vnni";
   }
   return "unknown";
 }

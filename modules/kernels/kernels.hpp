@@ -9,7 +9,8 @@
 
 namespace kvlab::kernels {
 
-enum class isa { scalar, avx2, avx512 };
+// avx512_vnni: the AVX-512 kernels, with integer dot products for the keys of affine codes.
+enum class isa { scalar, avx2, avx512, avx512_vnni };
 
 // How the elements of a record decode.
 enum class element_kind : std::uint8_t {
@@ -115,11 +116,14 @@ struct kernel_table {
 
 const kernel_table& scalar_kernels() noexcept;
 // The table of the best ISA this CPU runs, or the one the environment variable KVLAB_ISA
-// names (scalar, avx2, avx512; an unknown or unsupported name falls back to scalar and
+// names (scalar, avx2, avx512, avx512vnni; an unknown or unsupported name falls back to scalar and
 // is reported by kvlab.simd's checked accessor).
 const kernel_table& active_kernels() noexcept;
 const kernel_table& avx2_kernels() noexcept;
 const kernel_table& avx512_kernels() noexcept;
+const kernel_table& avx512_vnni_kernels() noexcept;
+// The table of one ISA, whether or not this CPU runs it (callers check cpu_supports).
+const kernel_table& kernels_of(isa instruction_set) noexcept;
 
 // What this CPU can run (checked once, with cpuid).
 bool cpu_supports(isa instruction_set) noexcept;

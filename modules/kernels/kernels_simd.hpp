@@ -1204,6 +1204,57 @@ struct kernels {
     }
   }
 
+  // Every parameter of a batch of records, one vector each (lanes past the batch: 0),
+  // gathered when the batch starts so that the gathers' latency overlaps the codes' work.
+  // Two fp16 parameters share a gathered dword; an odd last one is the high half of the
+  // dword ending with it, which stays inside the record.
+  static void gather_batch_params(const record_format& f, const std::uint8_t* batch, __mmask16 valid,
+                                  __m512i record_offsets, std::size_t param_count, __m512* out) noexcept {
+    const std::size_t params_at = f.code_bytes();
+    const auto gather = [&](std::size_t offset) {
+      return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + offset, 1);
+    };
+    const auto fp16_low = [](__m512i d) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)); };
+    for (std::size_t p = 0; p < param_count;) {
+      if (f.params_f32) {
+        out[p] = _mm512_castsi512_ps(gather(params_at + 4 * p));
+        p += 1;
+      } else if (p + 1 < param_count) {
+        const __m512i pair = gather(params_at + 2 * p);
+        out[p] = fp16_low(pair);
+        out[p + 1] = fp16_low(_mm512_srli_epi32(pair, 16));
+        p += 2;
+      } else {
+        out[p] = fp16_low(_mm512_srli_epi32(gather(params_at + 2 * p - 2), 16));
+        p += 1;
+      }
+    }
+  }
+
+  // Lane t: t * record_bytes, the offset of record t of a batch.
+  static __m512i lane_offsets(std::size_t record_bytes) noexcept {
+    return _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
+  }
+  // sums[h][g]: the sum of query h's elements in group g.
+  static void group_query_sums(const record_format& f, const float* queries, std::size_t heads,
+                               float (&sums)[max_heads][max_groups]) noexcept {
+    const std::size_t n = f.head_dim, group = f.params_per_group ? f.group_channels : n;
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t g = 0; g < n / group; ++g)
+        sums[h][g] = std::accumulate(queries + h * n + g * group, queries + h * n + (g + 1) * group, 0.0f);
+  }
+
+  // Dwords [chunk, chunk + chunk_dwords) of the first `batch` records, transposed: lane t
+  // of columns[d] is dword chunk + d of record t (0 past the batch or the chunk).
+  static void load_columns(const std::uint8_t* batch_records, std::size_t record_bytes, std::size_t batch,
+                           std::size_t chunk, std::size_t chunk_dwords, __m512i (&columns)[token_lanes]) noexcept {
+    const __mmask64 bytes = chunk_dwords == token_lanes ? ~__mmask64{0} : (__mmask64{1} << 4 * chunk_dwords) - 1;
+    for (std::size_t t = 0; t < token_lanes; ++t)
+      columns[t] = t < batch ? _mm512_maskz_loadu_epi8(bytes, batch_records + t * record_bytes + 4 * chunk)
+                             : _mm512_setzero_si512();
+    transpose_dwords(columns);
+  }
+
   // 2-bit codes by pairs of channels (T-MAC's idea, arXiv 2407.00088: table lookups of
   // precomputed activation sums in place of multiply-adds over low-bit weights; here in
   // fp32, each entry rounded once): a 16-entry table per head and pair (i, i + 1) holds
@@ -1235,7 +1286,7 @@ struct kernels {
                                           : Dwords % token_lanes == 0 ? token_lanes
                                                                       : 0;
       const std::size_t n = f.head_dim, record_bytes = f.record_bytes;
-      const std::size_t params = f.params_per_group, params_at = f.code_bytes();
+      const std::size_t params = f.params_per_group;
       const std::size_t dwords = Dwords ? Dwords : f.code_bytes() / 4;
       const std::size_t group_dwords = GroupDwords ? GroupDwords : params ? f.group_channels / per_dword : dwords;
       // 2-bit codes index the table through their low bits and the next code's: the table
@@ -1245,8 +1296,7 @@ struct kernels {
       const __m512 table = _mm512_load_ps(levels);
       const __m512i byte_mask = _mm512_set1_epi32(0xff), two_to_23 = _mm512_set1_epi32(0x4b000000);
       const __m512 byte_offset = _mm512_set1_ps(0x1p23f + f.offset);
-      const __m512i record_offsets =
-          _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
+      const __m512i record_offsets = lane_offsets(record_bytes);
       constexpr std::size_t pair_stride = max_pair_channels / 2 * token_lanes; // floats per head
       alignas(64) float pair_tables[Pairs ? H * pair_stride : 1];
       if constexpr (Pairs) {
@@ -1262,54 +1312,22 @@ struct kernels {
                             _mm512_fmadd_ps(_mm512_set1_ps(queries[h * n + i + 1]), highs,
                                             _mm512_mul_ps(_mm512_set1_ps(queries[h * n + i]), lows)));
       }
-      alignas(64) float query_sums[max_heads][max_groups];
-      if (params == 2)
-        for (std::size_t h = 0; h < H; ++h)
-          for (std::size_t g = 0; g < f.groups(); ++g)
-            query_sums[h][g] = std::accumulate(queries + h * n + g * f.group_channels,
-                                               queries + h * n + (g + 1) * f.group_channels, 0.0f);
-      // Every parameter of the batch, one vector each (lanes past the batch: 0), gathered
-      // when the batch starts so that the gathers' latency overlaps the codes' work. Two
-      // fp16 parameters share a gathered dword; an odd last one is the high half of the
-      // dword ending with it, which stays inside the record.
+      float query_sums[max_heads][max_groups];
+      if (params == 2) group_query_sums(f, queries, H, query_sums);
       const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
       __m512 batch_params[2 * max_groups];
-      const auto gather_params = [&](const std::uint8_t* batch, __mmask16 valid) {
-        const auto gather = [&](std::size_t offset) {
-          return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + offset, 1);
-        };
-        const auto fp16_low = [](__m512i d) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)); };
-        for (std::size_t p = 0; p < param_count;) {
-          if (f.params_f32) {
-            batch_params[p] = _mm512_castsi512_ps(gather(params_at + 4 * p));
-            p += 1;
-          } else if (p + 1 < param_count) {
-            const __m512i pair = gather(params_at + 2 * p);
-            batch_params[p] = fp16_low(pair);
-            batch_params[p + 1] = fp16_low(_mm512_srli_epi32(pair, 16));
-            p += 2;
-          } else {
-            batch_params[p] = fp16_low(_mm512_srli_epi32(gather(params_at + 2 * p - 2), 16));
-            p += 1;
-          }
-        }
-      };
       for (std::size_t first = 0; first < count; first += token_lanes) {
         const std::size_t batch = std::min(token_lanes, count - first);
         const __mmask16 valid = static_cast<__mmask16>((1u << batch) - 1);
         const std::uint8_t* batch_records = records + first * record_bytes;
-        gather_params(batch_records, valid);
+        gather_batch_params(f, batch_records, valid, record_offsets, param_count, batch_params);
         const prefetch_span ahead = lines_ahead(batch_records, batch * record_bytes);
         __m512 sums[H], parts[H][chains];
         for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
         for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
           const std::size_t chunk_dwords = std::min(token_lanes, dwords - chunk);
-          const __mmask64 bytes = chunk_dwords == token_lanes ? ~__mmask64{0} : (__mmask64{1} << 4 * chunk_dwords) - 1;
           __m512i columns[token_lanes];
-          for (std::size_t t = 0; t < token_lanes; ++t)
-            columns[t] = t < batch ? _mm512_maskz_loadu_epi8(bytes, batch_records + t * record_bytes + 4 * chunk)
-                                   : _mm512_setzero_si512();
-          transpose_dwords(columns);
+          load_columns(batch_records, record_bytes, batch, chunk, chunk_dwords, columns);
           const auto column = [&](std::size_t d) __attribute__((always_inline)) {
             const std::size_t j = chunk + d;
             prefetch_part(ahead, j, dwords);
@@ -1360,6 +1378,201 @@ struct kernels {
         for (std::size_t h = 0; h < H; ++h) _mm512_mask_storeu_ps(scores + h * stride + first, valid, sums[h]);
       }
     }
+  }
+
+  // --- Keys in token lanes by integer dot products (AVX-512 VNNI) ---------------------
+  // vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds the 4 products to a
+  // dword lane: 64 products per instruction against a float multiply-add's 16, and no
+  // convert or table lookup per code. The codes are the unsigned bytes: a byte as it is,
+  // 4- and 2-bit codes one mask (and shift) per code position. The query becomes signed
+  // bytes, split into integer slices as the Ozaki scheme splits its operands to multiply
+  // them exactly on integer units (arXiv 2306.11975, its splitting step): per unit of at
+  // most 32 channels inside one group,
+  //   q = s * (q1 + q2 / 2^7 + q3 / 2^14) + e,  s = max |q| over the unit / 127,
+  // q1 in [-127, 127], q2 and q3 in [-64, 64], |e| <= s / 2^15 (2.4e-7 of the unit's largest
+  // |q|, about two of its ulps). The integer sums are exact; each unit's three are
+  // converted and combined once per 16 tokens. The only new error is e, the size of the
+  // float kernels' own rounding; per-unit scales keep an outlier channel from costing the
+  // other units precision.
+  static constexpr std::size_t query_slices = 3;
+  static constexpr std::size_t max_units = max_head_dim / 4; // a unit holds at least a dword of codes
+  // A unit: 32 channels when they divide the group (the whole record without parameters),
+  // else the group.
+  static std::size_t unit_channels(const record_format& f) noexcept {
+    const std::size_t group = f.params_per_group ? f.group_channels : f.head_dim;
+    return group % 32 == 0 ? 32 : group;
+  }
+  struct sliced_query {
+    // Slice p's bytes in code order: the byte multiplied with code position k of code dword
+    // j is bytes[p][4 * (k * dwords + j) + b] for b < 4 (element (4 * j + b) * per_byte + k).
+    alignas(64) std::int8_t bytes[query_slices][max_head_dim];
+    float unit_scales[max_units]; // s / 2^14: one unit's integer sum times it is its dot
+  };
+  // False if an element of the query is not finite (its dot is then the float kernels').
+  static bool slice_query(const record_format& f, const float* query, sliced_query& out) noexcept {
+    const std::size_t n = f.head_dim, unit = unit_channels(f), per_byte = 8 / f.bits;
+    alignas(64) std::int8_t natural[query_slices][max_head_dim]; // in channel order
+    for (std::size_t u = 0; u * unit < n; ++u) {
+      const float* q = query + u * unit;
+      const float m = absmax(q, unit);
+      if (!(m <= std::numeric_limits<float>::max())) return false;
+      // Below 1e-30 the unit counts as zero: 127 / m and its multiples stay finite.
+      const float s = m >= 1e-30f ? m / 127.0f : 0.0f, inverse = s > 0.0f ? 127.0f / m : 0.0f;
+      out.unit_scales[u] = s * 0x1p-14f;
+      const __m512 steps[query_slices - 1] = {_mm512_set1_ps(s), _mm512_set1_ps(s * 0x1p-7f)};
+      const __m512 inverses[query_slices] = {_mm512_set1_ps(inverse), _mm512_set1_ps(inverse * 0x1p7f),
+                                             _mm512_set1_ps(inverse * 0x1p14f)};
+      for (std::size_t c = 0; c < unit; c += 16) {
+        const __mmask16 lanes = static_cast<__mmask16>(unit - c >= 16 ? 0xffff : (1u << (unit - c)) - 1);
+        __m512 rest = _mm512_maskz_loadu_ps(lanes, q + c);
+        for (std::size_t p = 0; p < query_slices; ++p) {
+          const __m512i slice = _mm512_cvtps_epi32(_mm512_mul_ps(rest, inverses[p])); // to nearest
+          _mm512_mask_cvtepi32_storeu_epi8(natural[p] + u * unit + c, lanes, slice);
+          if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(slice), steps[p], rest);
+        }
+      }
+    }
+    // Code order: every per_byte-th byte, from byte k, for code position k.
+    for (std::size_t p = 0; p < query_slices; ++p) {
+      if (per_byte == 1) {
+        std::memcpy(out.bytes[p], natural[p], n);
+        continue;
+      }
+      for (std::size_t c = 0; c < n; c += 64) {
+        const std::size_t bytes = std::min<std::size_t>(64, n - c), taken = bytes / per_byte;
+        const __m512i v =
+            _mm512_maskz_loadu_epi8(bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, natural[p] + c);
+        for (std::size_t k = 0; k < per_byte; ++k) {
+          std::int8_t* to = out.bytes[p] + k * (n / per_byte) + c / per_byte;
+          if (per_byte == 2)
+            _mm256_mask_storeu_epi8(to, taken == 32 ? ~__mmask32{0} : (__mmask32{1} << taken) - 1,
+                                    _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, static_cast<unsigned>(8 * k))));
+          else
+            _mm_mask_storeu_epi8(to, static_cast<__mmask16>((1u << taken) - 1),
+                                 _mm512_cvtepi32_epi8(_mm512_srli_epi32(v, static_cast<unsigned>(8 * k))));
+        }
+      }
+    }
+    return true;
+  }
+
+  // The token-lane kernel above with integer dots: Dwords, GroupDwords and UnitDwords fixed
+  // at compile time for the common shapes (0: known at run time).
+  template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords, std::size_t UnitDwords>
+  __attribute__((target("avx512vnni"))) static void
+  dot_token_lanes_vnni(const record_format& f, const sliced_query* sliced, const float* queries,
+                       const std::uint8_t* records, std::size_t count, float* scores, std::size_t stride) noexcept {
+    constexpr std::size_t per_dword = 32 / Bits, per_byte = 8 / Bits;
+    constexpr std::size_t fixed_chunk = Dwords == 0                 ? 0
+                                        : Dwords <= token_lanes     ? Dwords
+                                        : Dwords % token_lanes == 0 ? token_lanes
+                                                                    : 0;
+    const std::size_t record_bytes = f.record_bytes, params = f.params_per_group;
+    const std::size_t dwords = Dwords ? Dwords : f.code_bytes() / 4;
+    const std::size_t group_dwords = GroupDwords ? GroupDwords : params ? f.group_channels / per_dword : dwords;
+    const std::size_t unit_dwords = UnitDwords ? UnitDwords : unit_channels(f) / per_dword;
+    const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1u << Bits) - 1));
+    const __m512i record_offsets = lane_offsets(record_bytes);
+    // Per head and group: the sum of the query (times the zeros) and offset times it (the
+    // integer dots count codes, not code - offset).
+    float query_sums[max_heads][max_groups], offset_terms[max_heads][max_groups] = {};
+    if (params == 2 || f.offset != 0.0f) group_query_sums(f, queries, H, query_sums);
+    for (std::size_t h = 0; h < H && f.offset != 0.0f; ++h)
+      for (std::size_t g = 0; g < dwords / group_dwords; ++g) offset_terms[h][g] = f.offset * query_sums[h][g];
+    const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
+    __m512 batch_params[2 * max_groups];
+    for (std::size_t first = 0; first < count; first += token_lanes) {
+      const std::size_t batch = std::min(token_lanes, count - first);
+      const __mmask16 valid = static_cast<__mmask16>((1u << batch) - 1);
+      const std::uint8_t* batch_records = records + first * record_bytes;
+      gather_batch_params(f, batch_records, valid, record_offsets, param_count, batch_params);
+      const prefetch_span ahead = lines_ahead(batch_records, batch * record_bytes);
+      __m512 sums[H], parts[H];
+      __m512i dots[H][query_slices];
+      for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
+      for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
+        const std::size_t chunk_dwords = std::min(token_lanes, dwords - chunk);
+        __m512i columns[token_lanes];
+        load_columns(batch_records, record_bytes, batch, chunk, chunk_dwords, columns);
+        const auto column = [&](std::size_t d) __attribute__((always_inline, target("avx512vnni"))) {
+          const std::size_t j = chunk + d;
+          prefetch_part(ahead, j, dwords);
+          if (j % group_dwords == 0) std::fill_n(parts, H, _mm512_setzero_ps());
+          if (j % unit_dwords == 0)
+            for (std::size_t h = 0; h < H; ++h) std::fill_n(dots[h], query_slices, _mm512_setzero_si512());
+#pragma clang loop unroll(full)
+          for (std::size_t k = 0; k < per_byte; ++k) {
+            const __m512i shifted =
+                k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(k * Bits));
+            const __m512i codes = Bits == 8 ? shifted : _mm512_and_si512(shifted, code_mask);
+            for (std::size_t h = 0; h < H; ++h)
+              for (std::size_t p = 0; p < query_slices; ++p) {
+                std::int32_t query_bytes;
+                std::memcpy(&query_bytes, sliced[h].bytes[p] + 4 * (k * dwords + j), 4);
+                dots[h][p] = _mm512_dpbusd_epi32(dots[h][p], codes, _mm512_set1_epi32(query_bytes));
+              }
+          }
+          if ((j + 1) % unit_dwords == 0) {
+            const std::size_t u = j / unit_dwords;
+            for (std::size_t h = 0; h < H; ++h) {
+              __m512 dot = _mm512_cvtepi32_ps(dots[h][0]);
+              dot = _mm512_fmadd_ps(dot, _mm512_set1_ps(0x1p7f), _mm512_cvtepi32_ps(dots[h][1]));
+              dot = _mm512_fmadd_ps(dot, _mm512_set1_ps(0x1p7f), _mm512_cvtepi32_ps(dots[h][2]));
+              parts[h] = _mm512_fmadd_ps(dot, _mm512_set1_ps(sliced[h].unit_scales[u]), parts[h]);
+            }
+          }
+          if ((j + 1) % group_dwords != 0) return;
+          const std::size_t g = j / group_dwords;
+          for (std::size_t h = 0; h < H; ++h) {
+            const __m512 part = _mm512_sub_ps(parts[h], _mm512_set1_ps(offset_terms[h][g]));
+            sums[h] =
+                params > 0 ? _mm512_fmadd_ps(part, batch_params[g * params], sums[h]) : _mm512_add_ps(part, sums[h]);
+            if (params > 1)
+              sums[h] = _mm512_fmadd_ps(batch_params[g * params + 1], _mm512_set1_ps(query_sums[h][g]), sums[h]);
+          }
+        };
+        if constexpr (fixed_chunk > 0) {
+#pragma clang loop unroll(full)
+          for (std::size_t d = 0; d < fixed_chunk; ++d) column(d);
+        } else {
+          for (std::size_t d = 0; d < chunk_dwords; ++d) column(d);
+        }
+      }
+      for (std::size_t h = 0; h < H; ++h) _mm512_mask_storeu_ps(scores + h * stride + first, valid, sums[h]);
+    }
+  }
+
+  // dot_records with integer dots for affine codes of 2, 4 and 8 bits (the isa::avx512_vnni
+  // table); other formats, and queries that are not finite, take dot_records.
+  static void dot_records_vnni(const record_format& f, const float* queries, std::size_t heads,
+                               const std::uint8_t* records, std::size_t count, float* scores,
+                               std::size_t stride) noexcept {
+    if constexpr (is_avx512) {
+      if (token_lanes_fit(f) && f.params_per_group > 0) {
+        const std::size_t n = f.head_dim;
+        return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+          sliced_query sliced[H];
+          for (std::size_t k = 0; k < H; ++k)
+            if (!slice_query(f, queries + (h + k) * n, sliced[k]))
+              return dot_records(f, queries + h * n, H, records, count, scores + h * stride, stride);
+          const auto run = [&]<unsigned Bits>() {
+            const auto shaped = [&]<std::size_t Dwords, std::size_t GroupDwords, std::size_t UnitDwords>() {
+              dot_token_lanes_vnni<Bits, H, Dwords, GroupDwords, UnitDwords>(f, sliced, queries + h * n, records, count,
+                                                                             scores + h * stride, stride);
+            };
+            // head_dim 128: 4 * Bits dwords of codes; 32 channels are Bits dwords
+            if (n != 128) return shaped.template operator()<0, 0, 0>();
+            if (f.params_per_group == 0) return shaped.template operator()<4 * Bits, 4 * Bits, Bits>();
+            if (f.group_channels == 32) return shaped.template operator()<4 * Bits, Bits, Bits>();
+            shaped.template operator()<4 * Bits, 0, 0>();
+          };
+          if (f.bits == 8) return run.template operator()<8>();
+          if (f.bits == 4) return run.template operator()<4>();
+          run.template operator()<2>();
+        });
+      }
+    }
+    dot_records(f, queries, heads, records, count, scores, stride);
   }
 
   // Calls use.template operator()<H>() for the heads [h, h + H) of every pass.
@@ -1565,7 +1778,7 @@ struct kernels {
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
             .encode_uniform_record = &encode_uniform_record,
-            .dot_records = &dot_records,
+            .dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni : &dot_records,
             .axpy_records = &axpy_records,
             .fold_channel_params = &fold_channel_params,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,

@@ -23,18 +23,13 @@ inline bool cpu_supports(isa instruction_set) noexcept { return kernels::cpu_sup
 inline const kernel_table& kernels_for(isa instruction_set) {
   if (!kernels::cpu_supports(instruction_set))
     throw error("this CPU cannot run the " + std::string(isa_name(instruction_set)) + " kernels");
-  switch (instruction_set) {
-  case isa::avx512: return kernels::avx512_kernels();
-  case isa::avx2: return kernels::avx2_kernels();
-  case isa::scalar: break;
-  }
-  return kernels::scalar_kernels();
+  return kernels::kernels_of(instruction_set);
 }
 
 inline isa parse_isa(std::string_view name) {
-  for (const isa candidate : {isa::scalar, isa::avx2, isa::avx512})
+  for (const isa candidate : {isa::scalar, isa::avx2, isa::avx512, isa::avx512_vnni})
     if (name == isa_name(candidate)) return candidate;
-  throw error("unknown instruction set '" + std::string(name) + "'; allowed: scalar, avx2, avx512");
+  throw error("unknown instruction set '" + std::string(name) + "'; allowed: scalar, avx2, avx512, avx512vnni");
 }
 
 // Best ISA of this CPU, unless the environment variable KVLAB_ISA names one (checked here,
