@@ -397,9 +397,11 @@ BOOST_AUTO_TEST_CASE(integer_key_dots_keep_the_query_to_two_ulps_of_its_unit) {
     float offset;
     std::size_t head_dim, group;
   };
+  // Offsets 0 (uint<b>) show slicing errors plainly; with an offset, offset times the sum of
+  // the query (outlier included) rounds as much as they are large.
   for (const auto [bits, offset, head_dim, group] :
-       {shape{4, 8.0f, 128, 32}, shape{8, 128.0f, 128, 32}, shape{2, 0.0f, 128, 32}, shape{4, 8.0f, 64, 64},
-        shape{2, 0.0f, 48, 16}, shape{8, 0.0f, 24, 24}}) {
+       {shape{4, 8.0f, 128, 32}, shape{8, 128.0f, 128, 32}, shape{4, 0.0f, 128, 32}, shape{4, 8.0f, 64, 64},
+        shape{4, 0.0f, 48, 16}, shape{8, 0.0f, 24, 24}}) {
     const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
                                  .record_bytes = head_dim * bits / 8 + head_dim / group * 4,
                                  .head_dim = head_dim,
@@ -419,9 +421,9 @@ BOOST_AUTO_TEST_CASE(integer_key_dots_keep_the_query_to_two_ulps_of_its_unit) {
         std::memcpy(records.data() + t * f.record_bytes + f.code_bytes() + 4 * g, params, 4);
         scales[t * groups + g] = kvlab::half_bits_to_float(params[0]);
       }
-    // Channel 5's codes are 0: the outlier below then adds nothing to the integer sums.
-    for (std::size_t t = 0; t < count; ++t)
-      records[t * f.record_bytes + 5 * bits / 8] &= static_cast<std::uint8_t>(~(((1u << bits) - 1) << (5 * bits % 8)));
+    // The first unit's codes are 0: the outlier below (channel 5) and the rest of its unit
+    // then add nothing, and the other units show whether they kept their own precision.
+    for (std::size_t t = 0; t < count; ++t) std::memset(records.data() + t * f.record_bytes, 0, unit * bits / 8);
     std::vector<float> decoded(count * head_dim, 0.0f);
     for (std::size_t t = 0; t < count; ++t) {
       const float one = 1.0f;

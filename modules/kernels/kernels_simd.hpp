@@ -1384,7 +1384,7 @@ struct kernels {
   // vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds the 4 products to a
   // dword lane: 64 products per instruction against a float multiply-add's 16, and no
   // convert or table lookup per code. The codes are the unsigned bytes: a byte as it is,
-  // 4- and 2-bit codes one mask (and shift) per code position. The query becomes signed
+  // 4-bit codes a mask (the low ones) or a shift and a mask (the high ones). The query becomes signed
   // bytes, split into integer slices as the Ozaki scheme splits its operands to multiply
   // them exactly on integer units (arXiv 2306.11975, its splitting step): per unit of at
   // most 32 channels inside one group,
@@ -1408,9 +1408,10 @@ struct kernels {
     alignas(64) std::int8_t bytes[query_slices][max_head_dim];
     float unit_scales[max_units]; // s / 2^14: one unit's integer sum times it is its dot
   };
-  // False if an element of the query is not finite (its dot is then the float kernels').
+  // 8- or 4-bit codes. False if an element of the query is not finite (its dot is then the
+  // float kernels').
   static bool slice_query(const record_format& f, const float* query, sliced_query& out) noexcept {
-    const std::size_t n = f.head_dim, unit = unit_channels(f), per_byte = 8 / f.bits;
+    const std::size_t n = f.head_dim, unit = unit_channels(f);
     alignas(64) std::int8_t natural[query_slices][max_head_dim]; // in channel order
     for (std::size_t u = 0; u * unit < n; ++u) {
       const float* q = query + u * unit;
@@ -1432,25 +1433,20 @@ struct kernels {
         }
       }
     }
-    // Code order: every per_byte-th byte, from byte k, for code position k.
+    // Code order: bytes as they are for 8-bit codes; for 4-bit codes the even bytes (low
+    // nibbles' query elements), then the odd ones.
     for (std::size_t p = 0; p < query_slices; ++p) {
-      if (per_byte == 1) {
+      if (f.bits == 8) {
         std::memcpy(out.bytes[p], natural[p], n);
         continue;
       }
       for (std::size_t c = 0; c < n; c += 64) {
-        const std::size_t bytes = std::min<std::size_t>(64, n - c), taken = bytes / per_byte;
+        const std::size_t bytes = std::min<std::size_t>(64, n - c), taken = bytes / 2;
         const __m512i v =
             _mm512_maskz_loadu_epi8(bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, natural[p] + c);
-        for (std::size_t k = 0; k < per_byte; ++k) {
-          std::int8_t* to = out.bytes[p] + k * (n / per_byte) + c / per_byte;
-          if (per_byte == 2)
-            _mm256_mask_storeu_epi8(to, taken == 32 ? ~__mmask32{0} : (__mmask32{1} << taken) - 1,
-                                    _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, static_cast<unsigned>(8 * k))));
-          else
-            _mm_mask_storeu_epi8(to, static_cast<__mmask16>((1u << taken) - 1),
-                                 _mm512_cvtepi32_epi8(_mm512_srli_epi32(v, static_cast<unsigned>(8 * k))));
-        }
+        const __mmask32 stored = taken == 32 ? ~__mmask32{0} : (__mmask32{1} << taken) - 1;
+        _mm256_mask_storeu_epi8(out.bytes[p] + c / 2, stored, _mm512_cvtepi16_epi8(v));
+        _mm256_mask_storeu_epi8(out.bytes[p] + n / 2 + c / 2, stored, _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
       }
     }
     return true;
@@ -1542,13 +1538,20 @@ struct kernels {
     }
   }
 
-  // dot_records with integer dots for affine codes of 2, 4 and 8 bits (the isa::avx512_vnni
-  // table); other formats, and queries that are not finite, take dot_records.
+  // Where integer dots measured faster: 4- and 8-bit codes with per-token parameters. 2-bit
+  // codes measured the same as their pair tables (so they keep those, in floats); KIVI's
+  // per-channel blocks (no parameters per token) would slice the query once per block of 32
+  // tokens, which at GQA 4 cost more than it saved (31-35 against 43 ns per token).
+  static bool integer_dots_pay(const record_format& f) noexcept {
+    return token_lanes_fit(f) && f.bits >= 4 && f.params_per_group > 0;
+  }
+  // dot_records with integer dots where they pay (the isa::avx512_vnni table); other
+  // formats, and queries that are not finite, take dot_records.
   static void dot_records_vnni(const record_format& f, const float* queries, std::size_t heads,
                                const std::uint8_t* records, std::size_t count, float* scores,
                                std::size_t stride) noexcept {
     if constexpr (is_avx512) {
-      if (token_lanes_fit(f) && f.params_per_group > 0) {
+      if (integer_dots_pay(f)) {
         const std::size_t n = f.head_dim;
         return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
           sliced_query sliced[H];
@@ -1567,8 +1570,7 @@ struct kernels {
             shaped.template operator()<4 * Bits, 0, 0>();
           };
           if (f.bits == 8) return run.template operator()<8>();
-          if (f.bits == 4) return run.template operator()<4>();
-          run.template operator()<2>();
+          run.template operator()<4>();
         });
       }
     }
