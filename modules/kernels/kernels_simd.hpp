@@ -895,6 +895,19 @@ struct kernels {
     // argument, so the hot loops carry no branch on it).
     template <param_shape Shape, fp8_layout Fp8>
     void values(const std::uint8_t* record, std::size_t b, const terms& t, floats (&out)[per_byte]) const noexcept {
+      if constexpr (code_table && Shape == param_shape::whole) {
+        // The block's group has 16 values, fma(code, scale, constant): one multiply-add
+        // makes them all, and each code vector is then one permute of them (the same bits
+        // as converting each code and multiply-adding it, one multiply-add per block
+        // instead of one per vector).
+        const std::size_t g = block_group[b];
+        const floats group_values =
+            fmadd(floats::load_unaligned(table_of_codes.data()), floats(t.scales[g]), floats(t.constants[g]));
+        const ints bytes = load_u8_codes(record + b * width);
+        for (std::size_t j = 0; j < per_byte; ++j)
+          out[j] = permute(group_values, j == 0 ? bytes : shift_right(bytes, static_cast<unsigned>(j * Bits)));
+        return;
+      }
       levels<Fp8>(record, b, out);
       if constexpr (Shape == param_shape::none) {
         // scale 1: the constant alone (level * 1 + constant rounds as level + constant)
