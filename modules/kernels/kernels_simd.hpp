@@ -1244,6 +1244,23 @@ struct kernels {
     }
   }
 
+  // The batch of up to 16 records from `first`: how many, their lanes, where they start and
+  // the lines to prefetch while they are worked on; their parameters gathered.
+  struct token_batch {
+    std::size_t size;
+    __mmask16 valid;
+    const std::uint8_t* records;
+    prefetch_span ahead;
+  };
+  static token_batch start_batch(const record_format& f, const std::uint8_t* records, std::size_t first,
+                                 std::size_t count, __m512i record_offsets, std::size_t param_count,
+                                 __m512* params) noexcept {
+    const std::size_t size = std::min(token_lanes, count - first);
+    const __mmask16 valid = static_cast<__mmask16>((1u << size) - 1);
+    const std::uint8_t* batch_records = records + first * f.record_bytes;
+    gather_batch_params(f, batch_records, valid, record_offsets, param_count, params);
+    return {size, valid, batch_records, lines_ahead(batch_records, size * f.record_bytes)};
+  }
   // Lane t: t * record_bytes, the offset of record t of a batch.
   static __m512i lane_offsets(std::size_t record_bytes) noexcept {
     return _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
@@ -1330,11 +1347,8 @@ struct kernels {
       const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
       __m512 batch_params[2 * max_groups];
       for (std::size_t first = 0; first < count; first += token_lanes) {
-        const std::size_t batch = std::min(token_lanes, count - first);
-        const __mmask16 valid = static_cast<__mmask16>((1u << batch) - 1);
-        const std::uint8_t* batch_records = records + first * record_bytes;
-        gather_batch_params(f, batch_records, valid, record_offsets, param_count, batch_params);
-        const prefetch_span ahead = lines_ahead(batch_records, batch * record_bytes);
+        const auto [batch, valid, batch_records, ahead] =
+            start_batch(f, records, first, count, record_offsets, param_count, batch_params);
         __m512 sums[H], parts[H][chains];
         for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
         for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
@@ -1491,11 +1505,8 @@ struct kernels {
     const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
     __m512 batch_params[2 * max_groups];
     for (std::size_t first = 0; first < count; first += token_lanes) {
-      const std::size_t batch = std::min(token_lanes, count - first);
-      const __mmask16 valid = static_cast<__mmask16>((1u << batch) - 1);
-      const std::uint8_t* batch_records = records + first * record_bytes;
-      gather_batch_params(f, batch_records, valid, record_offsets, param_count, batch_params);
-      const prefetch_span ahead = lines_ahead(batch_records, batch * record_bytes);
+      const auto [batch, valid, batch_records, ahead] =
+          start_batch(f, records, first, count, record_offsets, param_count, batch_params);
       __m512 sums[H], parts[H];
       __m512i dots[H][query_slices];
       for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
