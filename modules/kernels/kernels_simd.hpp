@@ -1411,10 +1411,10 @@ struct kernels {
   // vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds the 4 products to a
   // dword lane: 64 products per instruction against a float multiply-add's 16, and no
   // convert or table lookup per code. The codes are the unsigned bytes: a byte as it is,
-  // 4-bit codes a mask (the low ones) or a shift and a mask (the high ones). The query becomes signed
-  // bytes, split into integer slices as the Ozaki scheme splits its operands to multiply
-  // them exactly on integer units (arXiv 2306.11975, its splitting step): per unit of at
-  // most 32 channels inside one group,
+  // 4-bit codes a mask (the low ones) or a shift and a mask (the high ones). The query
+  // becomes signed bytes, split into integer slices as the Ozaki scheme splits its operands
+  // to multiply them exactly on integer units (arXiv 2306.11975, its splitting step): per
+  // unit of at most 32 channels inside one group,
   //   q = s * (q1 + q2 / 2^7 + q3 / 2^14) + e,  s = max |q| over the unit / 127,
   // q1 in [-127, 127], q2 and q3 in [-64, 64], |e| <= s / 2^15 (2.4e-7 of the unit's largest
   // |q|, about two of its ulps). The integer sums are exact; each unit's three are
@@ -1423,11 +1423,9 @@ struct kernels {
   // other units precision.
   static constexpr std::size_t query_slices = 3;
   static constexpr std::size_t max_units = max_head_dim / 4; // a unit holds at least a dword of codes
-  // A unit: 32 channels when they divide the group (the whole record without parameters),
-  // else the group.
+  // A unit: 32 channels when they divide the group, else the group.
   static std::size_t unit_channels(const record_format& f) noexcept {
-    const std::size_t group = f.params_per_group ? f.group_channels : f.head_dim;
-    return group % 32 == 0 ? 32 : group;
+    return f.group_channels % 32 == 0 ? 32 : f.group_channels;
   }
   struct sliced_query {
     // Slice p's bytes in code order: the byte multiplied with code position k of code dword
@@ -1479,8 +1477,9 @@ struct kernels {
     return true;
   }
 
-  // The token-lane kernel above with integer dots: Dwords, GroupDwords and UnitDwords fixed
-  // at compile time for the common shapes (0: known at run time).
+  // The token-lane kernel above with integer dots, for records with per-token parameters:
+  // Dwords, GroupDwords and UnitDwords fixed at compile time for the common shapes (0: known
+  // at run time).
   template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords, std::size_t UnitDwords>
   __attribute__((target("avx512vnni"))) static void
   dot_token_lanes_vnni(const record_format& f, const sliced_query* sliced, const float* queries,
@@ -1492,7 +1491,7 @@ struct kernels {
                                                                     : 0;
     const std::size_t record_bytes = f.record_bytes, params = f.params_per_group;
     const std::size_t dwords = Dwords ? Dwords : f.code_bytes() / 4;
-    const std::size_t group_dwords = GroupDwords ? GroupDwords : params ? f.group_channels / per_dword : dwords;
+    const std::size_t group_dwords = GroupDwords ? GroupDwords : f.group_channels / per_dword;
     const std::size_t unit_dwords = UnitDwords ? UnitDwords : unit_channels(f) / per_dword;
     const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1u << Bits) - 1));
     const __m512i record_offsets = lane_offsets(record_bytes);
@@ -1502,7 +1501,7 @@ struct kernels {
     if (params == 2 || f.offset != 0.0f) group_query_sums(f, queries, H, query_sums);
     for (std::size_t h = 0; h < H && f.offset != 0.0f; ++h)
       for (std::size_t g = 0; g < dwords / group_dwords; ++g) offset_terms[h][g] = f.offset * query_sums[h][g];
-    const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
+    const std::size_t param_count = params * (dwords / group_dwords);
     __m512 batch_params[2 * max_groups];
     for (std::size_t first = 0; first < count; first += token_lanes) {
       const auto [batch, valid, batch_records, ahead] =
@@ -1545,8 +1544,7 @@ struct kernels {
           const std::size_t g = j / group_dwords;
           for (std::size_t h = 0; h < H; ++h) {
             const __m512 part = _mm512_sub_ps(parts[h], _mm512_set1_ps(offset_terms[h][g]));
-            sums[h] =
-                params > 0 ? _mm512_fmadd_ps(part, batch_params[g * params], sums[h]) : _mm512_add_ps(part, sums[h]);
+            sums[h] = _mm512_fmadd_ps(part, batch_params[g * params], sums[h]);
             if (params > 1)
               sums[h] = _mm512_fmadd_ps(batch_params[g * params + 1], _mm512_set1_ps(query_sums[h][g]), sums[h]);
           }
@@ -1589,7 +1587,7 @@ struct kernels {
             };
             // head_dim 128: 4 * Bits dwords of codes; 32 channels are Bits dwords
             if (n != 128) return shaped.template operator()<0, 0, 0>();
-            if (f.params_per_group == 0) return shaped.template operator()<4 * Bits, 4 * Bits, Bits>();
+            if (f.group_channels == 128) return shaped.template operator()<4 * Bits, 4 * Bits, Bits>();
             if (f.group_channels == 32) return shaped.template operator()<4 * Bits, Bits, Bits>();
             shaped.template operator()<4 * Bits, 0, 0>();
           };
