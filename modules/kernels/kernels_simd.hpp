@@ -1581,15 +1581,12 @@ struct kernels {
             if (!slice_query(f, queries + (h + k) * n, sliced[k]))
               return dot_records(f, queries + h * n, H, records, count, scores + h * stride, stride);
           const auto run = [&]<unsigned Bits>() {
-            const auto shaped = [&]<std::size_t Dwords, std::size_t GroupDwords, std::size_t UnitDwords>() {
-              dot_token_lanes_vnni<Bits, H, Dwords, GroupDwords, UnitDwords>(f, sliced, queries + h * n, records, count,
-                                                                             scores + h * stride, stride);
-            };
-            // head_dim 128: 4 * Bits dwords of codes; 32 channels are Bits dwords
-            if (n != 128) return shaped.template operator()<0, 0, 0>();
-            if (f.group_channels == 128) return shaped.template operator()<4 * Bits, 4 * Bits, Bits>();
-            if (f.group_channels == 32) return shaped.template operator()<4 * Bits, Bits, Bits>();
-            shaped.template operator()<4 * Bits, 0, 0>();
+            with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
+              // the fixed group shapes are whole units of 32 channels, Bits dwords
+              constexpr std::size_t unit_dwords = GroupDwords ? Bits : 0;
+              dot_token_lanes_vnni<Bits, H, Dwords, GroupDwords, unit_dwords>(f, sliced, queries + h * n, records,
+                                                                              count, scores + h * stride, stride);
+            });
           };
           if (f.bits == 8) return run.template operator()<8>();
           run.template operator()<4>();
@@ -1597,6 +1594,19 @@ struct kernels {
       }
     }
     dot_records(f, queries, heads, records, count, scores, stride);
+  }
+
+  // Calls use.template operator()<Dwords, GroupDwords>() for a token-lane record format, with
+  // head_dim 128's shapes fixed at compile time (4 * Bits dwords of codes; groups of 32
+  // channels, Bits dwords, or of the whole record), 0 for what is known only at run time.
+  template <unsigned Bits, class Use>
+  static void with_token_lane_shape(const record_format& f, Use&& use) noexcept {
+    constexpr std::size_t dwords_of_128 = 4 * Bits;
+    if (f.head_dim != 128) return use.template operator()<0, 0>();
+    if (f.params_per_group == 0 || f.group_channels == 128)
+      return use.template operator()<dwords_of_128, dwords_of_128>();
+    if (f.group_channels == 32) return use.template operator()<dwords_of_128, Bits>();
+    use.template operator()<dwords_of_128, 0>();
   }
 
   // Calls use.template operator()<H>() for the heads [h, h + H) of every pass.
@@ -1644,19 +1654,14 @@ struct kernels {
     if (token_lanes_fit(f) && (f.bits < 8 || heads > 1)) {
       const auto with_bits = [&]<unsigned Bits>() {
         for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
-          const auto run = [&]<std::size_t Dwords, std::size_t GroupDwords>() {
+          with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
             if constexpr (Bits == 2)
               if (pair_tables_pay(f, H))
                 return dot_token_lanes<Bits, H, Dwords, GroupDwords, true>(f, queries + h * n, records, count,
                                                                            scores + h * stride, stride);
             dot_token_lanes<Bits, H, Dwords, GroupDwords, false>(f, queries + h * n, records, count,
                                                                  scores + h * stride, stride);
-          };
-          constexpr std::size_t dwords_of_128 = 4 * Bits; // head_dim 128
-          if (n != 128) return run.template operator()<0, 0>();
-          if (f.params_per_group == 0) return run.template operator()<dwords_of_128, dwords_of_128>();
-          if (f.group_channels == 32) return run.template operator()<dwords_of_128, Bits>();
-          run.template operator()<dwords_of_128, 0>();
+          });
         });
       };
       if (f.bits == 8) return with_bits.template operator()<8>();
