@@ -6,7 +6,9 @@
 // do) of a buffer far larger than the last-level cache with the same thread count. The
 // summary printed at the end gives every attention result as GB/s of cache bytes read, as
 // a share of that measured bandwidth, and as a speed-up over f16 attention of the same
-// shape, all from this one run.
+// shape, all from this one run. The same read with work added per byte (`*_read_with_work`)
+// shows how much of the read a loop keeps when its work costs a given share of the read's
+// time: the curve that compute-bound recipes sit on.
 //   build/test/kvlab_bench_attention --benchmark_filter='ctx:32768/d:128/gqa:4' \
 //       --benchmark_out=attention.json --benchmark_out_format=json
 // With --benchmark_repetitions=N the summary keeps each benchmark's best run.
@@ -56,7 +58,10 @@ void on_threads(unsigned threads, Work&& work) {
 // attention read faster than the "bandwidth".
 constexpr std::size_t read_piece_bytes = 4096, read_prefetch_distance = 8192;
 
-float absmax_prefetching(const kvlab::kernel_table& kernels, const float* data, std::size_t count) {
+// `extra_passes` more absmax passes over each piece once it is in cache stand for the work
+// a kernel does on the bytes it reads (memory_read_with_work, below).
+float absmax_prefetching(const kvlab::kernel_table& kernels, const float* data, std::size_t count,
+                         std::size_t extra_passes = 0) {
   constexpr std::size_t piece = read_piece_bytes / sizeof(float), line = 64;
   const char* bytes = reinterpret_cast<const char*>(data);
   const char* end = reinterpret_cast<const char*>(data + count);
@@ -65,26 +70,43 @@ float absmax_prefetching(const kvlab::kernel_table& kernels, const float* data, 
     const char* ahead = bytes + first * sizeof(float) + read_prefetch_distance;
     for (std::size_t at = 0; at < read_piece_bytes && ahead + at < end; at += line)
       __builtin_prefetch(ahead + at, 0, 2);
-    result = std::max(result, kernels.absmax(data + first, std::min(piece, count - first)));
+    for (std::size_t pass = 0; pass <= extra_passes; ++pass)
+      result = std::max(result, kernels.absmax(data + first, std::min(piece, count - first)));
   }
   return result;
 }
 
-void memory_read(benchmark::State& state) {
-  const auto threads = static_cast<unsigned>(state.range(0));
-  static std::vector<float> buffer(4 * last_level_cache_bytes() / sizeof(float), 1.0f);
+// The streaming read over `floats` floats (shared by the benchmarks asking for that size).
+void read_benchmark(benchmark::State& state, std::size_t floats, unsigned threads, std::size_t extra_passes) {
+  static std::map<std::size_t, std::vector<float>> buffers;
+  auto& buffer = buffers.try_emplace(floats, floats, 1.0f).first->second;
   const auto& kernels = kvlab::active_kernels();
   const std::size_t per_thread = buffer.size() / threads;
   std::vector<float> results(threads);
   for (auto _ : state) {
     on_threads(threads, [&](unsigned w) {
-      results[w] = absmax_prefetching(kernels, buffer.data() + w * per_thread, per_thread);
+      results[w] = absmax_prefetching(kernels, buffer.data() + w * per_thread, per_thread, extra_passes);
     });
     benchmark::DoNotOptimize(results.data());
   }
   state.counters["bytes_per_second"] = benchmark::Counter(static_cast<double>(per_thread * threads * sizeof(float)),
                                                           benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(kvlab::isa_name(kernels.instruction_set)));
+}
+
+void memory_read(benchmark::State& state) {
+  read_benchmark(state, 4 * last_level_cache_bytes() / sizeof(float), static_cast<unsigned>(state.range(0)), 0);
+}
+
+// How much of the read a loop keeps when it also works on what it reads: the same read
+// with `passes` more absmax passes over each 4 KiB piece, from DRAM and (the work alone)
+// from a 512 KiB buffer that stays in L2. Attention kernels whose work per byte costs
+// about as much as the read itself sit on this curve, not at the plain read's rate.
+void memory_read_with_work(benchmark::State& state) {
+  read_benchmark(state, 4 * last_level_cache_bytes() / sizeof(float), 1, static_cast<std::size_t>(state.range(0)));
+}
+void cache_read_with_work(benchmark::State& state) {
+  read_benchmark(state, (512 << 10) / sizeof(float), 1, static_cast<std::size_t>(state.range(0)));
 }
 
 // A model's cache for (recipe, context, head_dim): 2 KV heads per layer and enough layers
@@ -165,7 +187,8 @@ public:
 
   void summarize() const {
     std::printf("\nSummary (GB/s of cache bytes read; %% of the streaming read with the same threads; ns per token "
-                "and KV head; speed-up over f16 of the same shape and threads; speed-up of 2 threads over 1)\n");
+                "and KV head; speed-up over f16 of the same shape and threads; speed-up of 2 threads over 1; last, "
+                "the read with work per byte added)\n");
     for (const auto& [name, rate] : rates_) {
       if (name.rfind("decode_attention/", 0) != 0) continue;
       const std::string shape = name.substr(name.find("/ctx:"));
@@ -183,6 +206,17 @@ public:
         std::printf("  %5.2fx vs 1 thread", one_thread->second / ns);
       std::printf("\n");
     }
+    const auto read = rates_.find("memory_read/threads:1");
+    for (const auto& [name, rate] : rates_) {
+      if (name.rfind("memory_read_with_work/", 0) != 0 || read == rates_.end()) continue;
+      const std::string passes = name.substr(name.find('/') + 1);
+      const auto work = rates_.find("cache_read_with_work/" + passes);
+      std::printf("read with work, %-10s 1 thread: %7.2f GB/s  %5.1f%% of read", passes.c_str(), rate / 1e9,
+                  100.0 * rate / read->second);
+      if (work != rates_.end())
+        std::printf("  (the work alone, in L2, takes %3.0f%% of the read's time)", 100.0 * read->second / work->second);
+      std::printf("\n");
+    }
   }
 
 private:
@@ -191,8 +225,8 @@ private:
       const auto found = run.counters.find(key);
       return found == run.counters.end() ? 0.0 : static_cast<double>(found->second);
     };
-    return run.run_name.function_name.rfind("memory_read", 0) == 0 ? counter("bytes_per_second")
-                                                                   : counter("cache_bytes_per_second");
+    return run.run_name.function_name.rfind("decode_attention", 0) == 0 ? counter("cache_bytes_per_second")
+                                                                        : counter("bytes_per_second");
   }
   std::map<std::string, double> rates_;
   std::map<std::string, double> times_;
@@ -213,6 +247,13 @@ int main(int argc, char** argv) {
           ->UseRealTime();
   };
   register_read_probe();
+  for (const long passes : {1, 2, 3, 4})
+    for (const auto& [name, read] : {std::pair{"memory_read_with_work", &memory_read_with_work},
+                                     std::pair{"cache_read_with_work", &cache_read_with_work}})
+      benchmark::RegisterBenchmark((std::string(name) + "/passes:" + std::to_string(passes)).c_str(), read)
+          ->Arg(passes)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
   for (const auto& [label, recipe] : recipes)
     for (const long context : {1024, 8192, 32768, 131072})
       for (const long head_dim : {64, 128})
