@@ -512,14 +512,15 @@ BOOST_AUTO_TEST_CASE(simd_channel_parameter_folds_match_scalar) {
 
 BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
   // The cache calls the kernels on runs split at page and block boundaries: every token's
-  // score, and the sum over a run, must be the same bit for bit however it is split.
+  // score, and the sum over a run, must be the same bit for bit however it is split, for one
+  // query head (the one-head kernels) and for a GQA group of four.
   const auto& components = kvlab::builtin_registry();
   random_bytes random;
   std::vector<kvlab::isa> isas = simd_isas();
   isas.push_back(kvlab::isa::scalar);
   for (const auto& [quantizer, granularity] : {std::pair{"int4", "group(32)"}, std::pair{"uint2", "group(32)"},
                                                std::pair{"int8", "group(32)"}, std::pair{"fp8_e4m3", "token"}}) {
-    const std::size_t head_dim = 128, count = 45, heads = 4;
+    const std::size_t head_dim = 128, count = 45, max_heads = 4;
     kvlab::quantized_body body(components.make_quantizer(quantizer),
                                components.make_granularity(granularity).group_shape(head_dim), head_dim,
                                kvlab::param_precision::f16, components.make_storage("flat"));
@@ -538,25 +539,26 @@ BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
                                  .params_per_group = q.params_per_group(),
                                  .offset = static_cast<float>(q.encoding().offset),
                                  .levels = q.levels().data()};
-    const auto queries = random.floats(heads * head_dim);
-    const auto weights = random.floats(heads * count);
-    for (const auto isa : isas) {
-      BOOST_TEST_CONTEXT(quantizer << " " << kvlab::isa_name(isa)) {
-        const auto& kernels = kvlab::kernels_for(isa);
-        std::vector<float> whole(heads * count), pieces(heads * count);
-        std::vector<float> acc_whole(heads * head_dim, 0.0f), acc_pieces = acc_whole;
-        kernels.dot_records(f, queries.data(), heads, run.data(), count, whole.data(), count);
-        kernels.axpy_records(f, weights.data(), count, heads, run.data(), count, acc_whole.data());
-        for (std::size_t first = 0, n = 1; first < count; first += n, n = n % 19 + 2) {
-          n = std::min(n, count - first);
-          kernels.dot_records(f, queries.data(), heads, run.data() + first * bytes, n, pieces.data() + first, count);
-          kernels.axpy_records(f, weights.data() + first, count, heads, run.data() + first * bytes, n,
-                               acc_pieces.data());
+    const auto queries = random.floats(max_heads * head_dim);
+    const auto weights = random.floats(max_heads * count);
+    for (const auto isa : isas)
+      for (const std::size_t heads : {std::size_t{1}, max_heads}) {
+        BOOST_TEST_CONTEXT(quantizer << " " << kvlab::isa_name(isa) << " heads " << heads) {
+          const auto& kernels = kvlab::kernels_for(isa);
+          std::vector<float> whole(heads * count), pieces(heads * count);
+          std::vector<float> acc_whole(heads * head_dim, 0.0f), acc_pieces = acc_whole;
+          kernels.dot_records(f, queries.data(), heads, run.data(), count, whole.data(), count);
+          kernels.axpy_records(f, weights.data(), count, heads, run.data(), count, acc_whole.data());
+          for (std::size_t first = 0, n = 1; first < count; first += n, n = n % 19 + 2) {
+            n = std::min(n, count - first);
+            kernels.dot_records(f, queries.data(), heads, run.data() + first * bytes, n, pieces.data() + first, count);
+            kernels.axpy_records(f, weights.data() + first, count, heads, run.data() + first * bytes, n,
+                                 acc_pieces.data());
+          }
+          BOOST_TEST(whole == pieces, boost::test_tools::per_element());
+          BOOST_TEST(acc_whole == acc_pieces, boost::test_tools::per_element());
         }
-        BOOST_TEST(whole == pieces, boost::test_tools::per_element());
-        BOOST_TEST(acc_whole == acc_pieces, boost::test_tools::per_element());
       }
-    }
   }
 }
 
