@@ -522,10 +522,11 @@ struct kernels {
   // One core's hardware prefetcher does not keep a per-token loop fed from DRAM: each batch
   // of up to 16 records asks for the lines that start inside the batch 8 KiB ahead, into L2
   // (L2 to L1 the hardware keeps up), so every line is asked for once; prefetches never
-  // fault, so reaching past the run is harmless. The span is worked out once per batch: per
-  // record it cost as much scalar work as the vector work of a 4-bit record (per batch, the
-  // values of int4 and int8 read 1.1-1.2x faster from DRAM). Without it f16 attention at 32k context ran about 1.5x
-  // slower; a second prefetch into L1 at 2 KiB measured no better and costs L2-resident loops time.
+  // fault, so reaching past the run is harmless. Without it f16 attention at 32k context
+  // ran about 1.5x slower; a second prefetch into L1 at 2 KiB measured no better and costs
+  // L2-resident loops time. The span is worked out once per batch: per record it cost as
+  // much scalar work as a 4-bit record's vector work (per batch, int4 and int8 values read
+  // 1.1-1.2x faster from DRAM).
   static constexpr std::size_t prefetch_distance = 8192;
   // The lines that start inside [begin, begin + bytes) 8 KiB ahead: where they start and
   // how many.
