@@ -562,6 +562,191 @@ BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
   }
 }
 
+// The tables with fixed-point values: the scalar reference and, where the CPU runs it,
+// avx512vnni.
+std::vector<kvlab::isa> fixed_point_isas() {
+  std::vector<kvlab::isa> isas{kvlab::isa::scalar};
+  for (const auto isa : simd_isas())
+    if (kvlab::kernels_for(isa).axpy_records_fixed) isas.push_back(isa);
+  return isas;
+}
+
+// Records of int4 codes with group scales as fp16: random codes (15, which int4 never
+// writes, included) and scales between 1/8 and 1/2, some 0.
+std::vector<std::uint8_t> int4_records(random_bytes& random, const kvlab::record_format& f, std::size_t count) {
+  auto records = random(count * f.record_bytes + 1);
+  for (std::size_t t = 0; t < count; ++t)
+    for (std::size_t g = 0; g < f.groups(); ++g) {
+      const float scale =
+          (t + g) % 17 == 0 ? 0.0f : 0.125f + 0.375f * static_cast<float>(random.random.next() % 1000) / 1000.0f;
+      const std::uint16_t half = kvlab::float_to_half_bits(scale);
+      std::memcpy(records.data() + 1 + t * f.record_bytes + f.code_bytes() + 2 * g, &half, 2);
+    }
+  return records;
+}
+
+BOOST_AUTO_TEST_CASE(fixed_point_values_equal_the_scalar_reference_bit_for_bit) {
+  // Integer sums: every table must give the scalar reference's, for every split of a run,
+  // with one to eight groups, head_dim 64 to 256, tails of every length, misaligned records,
+  // zero weights and weights whose F saturates at 2^32 - 1.
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  BOOST_TEST(fixed_point_isas().size() >= 1u);
+  random_bytes random;
+  for (const std::size_t head_dim : {64u, 96u, 128u, 160u, 256u})
+    for (const std::size_t group : {32u, 64u, 128u, 160u, 256u}) {
+      if (head_dim % group != 0) continue;
+      const std::size_t groups = head_dim / group;
+      const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
+                                   .record_bytes = head_dim / 2 + 2 * groups,
+                                   .head_dim = head_dim,
+                                   .group_channels = group,
+                                   .bits = 4,
+                                   .params_per_group = 1,
+                                   .offset = 7.0f};
+      BOOST_TEST(kvlab::fixed_point_values(f));
+      for (const std::size_t count : {0u, 1u, 3u, 4u, 63u, 64u, 65u, 200u}) {
+        const std::size_t heads = 2, stride = count + 3;
+        const auto records = int4_records(random, f, count);
+        std::vector<float> weights(heads * stride), grid(heads * groups);
+        for (std::size_t i = 0; i < weights.size(); ++i)
+          weights[i] = i % 7 == 0 ? 0.0f : std::fabs(random.floats(1)[0]);
+        // 2^30: weights past 4 / scale reach 2^32 and saturate
+        for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = i % 2 == 0 ? 0x1p30f : 0x1p20f;
+        std::vector<std::int64_t> expected(heads * head_dim, 0);
+        std::vector<std::uint64_t> expected_weights(heads * groups, 0);
+        scalar.axpy_records_fixed(f, weights.data(), stride, heads, grid.data(), records.data() + 1, count,
+                                  expected.data(), expected_weights.data());
+        for (const auto isa : fixed_point_isas()) {
+          BOOST_TEST_CONTEXT("head_dim " << head_dim << " group " << group << " count " << count << " "
+                                         << kvlab::isa_name(isa)) {
+            const auto& kernels = kvlab::kernels_for(isa);
+            std::vector<std::int64_t> sums(heads * head_dim, 0);
+            std::vector<std::uint64_t> weight_sums(heads * groups, 0);
+            for (std::size_t first = 0, n = 1; first < count; first += n, n = n % 23 + 5) {
+              n = std::min(n, count - first);
+              kernels.axpy_records_fixed(f, weights.data() + first, stride, heads, grid.data(),
+                                         records.data() + 1 + first * f.record_bytes, n, sums.data(),
+                                         weight_sums.data());
+            }
+            BOOST_TEST(sums == expected, boost::test_tools::per_element());
+            BOOST_TEST(weight_sums == expected_weights, boost::test_tools::per_element());
+          }
+        }
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(fixed_point_values_do_not_overflow_on_long_runs) {
+  // 600,000 tokens of code 15 (bytes 0xFF) with every F saturated at 2^32 - 1: the
+  // kernels' 32-bit sums of 4 tokens' products per lane would pass 2^31 after about 66,000
+  // tokens (bytes minus 128) or 561,000 (low nibbles).
+  const std::size_t count = 600000, head_dim = 128;
+  const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
+                               .record_bytes = head_dim / 2 + 8,
+                               .head_dim = head_dim,
+                               .group_channels = 32,
+                               .bits = 4,
+                               .params_per_group = 1,
+                               .offset = 7.0f};
+  std::vector<std::uint8_t> records(count * f.record_bytes, 0xFF);
+  for (std::size_t t = 0; t < count; ++t)
+    for (std::size_t g = 0; g < 4; ++g) {
+      const std::uint16_t one = 0x3C00;
+      std::memcpy(records.data() + t * f.record_bytes + 64 + 2 * g, &one, 2);
+    }
+  const std::vector<float> weights(count, 1.0f), grid(4, 0x1p32f);
+  const std::uint64_t saturated = 0xFFFFFFFFu;
+  for (const auto isa : fixed_point_isas()) {
+    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)) {
+      std::vector<std::int64_t> sums(head_dim, 0);
+      std::vector<std::uint64_t> weight_sums(4, 0);
+      kvlab::kernels_for(isa).axpy_records_fixed(f, weights.data(), count, 1, grid.data(), records.data(), count,
+                                                 sums.data(), weight_sums.data());
+      for (const auto sum : sums) BOOST_TEST(sum == static_cast<std::int64_t>(count * saturated * 15));
+      for (const auto sum : weight_sums) BOOST_TEST(sum == count * saturated);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(int4_values_in_fixed_point_keep_fp32_accuracy) {
+  // One head's values over an int4@group(32) body, through the cache's fixed-point path
+  // where the table has one: the same bits on every such table, and within fp32's own
+  // accuracy of the exact sum: 2^-23 of each |w v| (the fp32 product w s, the rounding to
+  // an integer) plus half a step of the grid per token, the grid putting the largest weight
+  // times the largest scale in [2^31, 2^32). Bad weights (negative, NaN) take the float loop.
+  const auto& components = kvlab::builtin_registry();
+  random_bytes random;
+  const std::size_t head_dim = 128, count = 3000;
+  kvlab::quantized_body body(components.make_quantizer("int4"),
+                             components.make_granularity("group(32)").group_shape(head_dim), head_dim,
+                             kvlab::param_precision::f16, components.make_storage("paged(256)"));
+  for (std::size_t t = 0; t < count; ++t) {
+    auto token = random.floats(head_dim);
+    for (auto& x : token) x *= t % 100 == 0 ? 8.0f : 1.0f; // a few tokens with 8x the scale
+    body.append(token, kvlab::kernels_for(kvlab::isa::scalar));
+  }
+  // A peaked softmax: weights over many binades.
+  std::vector<float> weights = random.floats(count);
+  for (auto& w : weights) w *= 4.0f;
+  kvlab::kernels_for(kvlab::isa::scalar).softmax(weights.data(), count);
+  std::vector<double> exact(head_dim, 0.0), bound(head_dim, 0.0);
+  std::vector<float> decoded(head_dim);
+  float top_weight = 0.0f, top_scale = 0.0f;
+  for (std::size_t t = 0; t < count; ++t) top_weight = std::max(top_weight, weights[t]);
+  for (std::size_t t = 0; t < count; ++t) {
+    const auto record = body.store().record(t);
+    for (std::size_t g = 0; g < 4; ++g) {
+      std::uint16_t half;
+      std::memcpy(&half, record.data() + 64 + 2 * g, 2);
+      top_scale = std::max(top_scale, kvlab::half_bits_to_float(half));
+    }
+  }
+  const double step = std::ldexp(1.0, std::ilogb(double{top_weight} * top_scale) - 31); // 1 / grid
+  for (std::size_t t = 0; t < count; ++t) {
+    body.decode(t, decoded);
+    for (std::size_t c = 0; c < head_dim; ++c) {
+      const double term = double{weights[t]} * decoded[c];
+      exact[c] += term;
+      std::uint16_t half;
+      std::memcpy(&half, body.store().record(t).data() + 64 + 2 * (c / 32), 2);
+      const float scale = kvlab::half_bits_to_float(half); // F's error times code - offset
+      const double level = scale == 0.0f ? 0.0 : std::fabs(decoded[c] / scale);
+      bound[c] += 0x1p-23 * std::fabs(term) + 0.5 * step * level;
+    }
+  }
+  // The same table without its fixed-point kernel: the float loop.
+  const auto float_loop = [](kvlab::isa isa) {
+    kvlab::kernel_table table = kvlab::kernels_for(isa);
+    table.axpy_records_fixed = nullptr;
+    return table;
+  };
+  std::vector<float> first_fixed;
+  for (const auto isa : fixed_point_isas()) {
+    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)) {
+      std::vector<float> out(head_dim, 0.0f), floats(head_dim, 0.0f);
+      body.axpy_all(kvlab::kernels_for(isa), weights.data(), count, 1, out);
+      body.axpy_all(float_loop(isa), weights.data(), count, 1, floats);
+      for (std::size_t c = 0; c < head_dim; ++c) {
+        BOOST_TEST(std::fabs(out[c] - exact[c]) <= bound[c] + 0x1p-24 * std::fabs(exact[c]));
+        BOOST_TEST(std::fabs(floats[c] - exact[c]) <= bound[c] + 0x1p-24 * std::fabs(exact[c]));
+      }
+      BOOST_TEST(out != floats); // the fixed-point path was taken
+      if (first_fixed.empty()) first_fixed = out;
+      BOOST_TEST(out == first_fixed, boost::test_tools::per_element());
+      // Weights the grid cannot hold take the float loop.
+      for (const float bad : {-1e-3f, NAN}) {
+        std::vector<float> bad_weights = weights;
+        bad_weights[count / 2] = bad;
+        std::vector<float> bad_out(head_dim, 0.0f), bad_floats(head_dim, 0.0f);
+        body.axpy_all(kvlab::kernels_for(isa), bad_weights.data(), count, 1, bad_out);
+        body.axpy_all(float_loop(isa), bad_weights.data(), count, 1, bad_floats);
+        for (std::size_t c = 0; c < head_dim; ++c)
+          BOOST_TEST((std::isnan(bad) ? std::isnan(bad_out[c]) : bad_out[c] == bad_floats[c]));
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
   // On AVX-512 fp8 codes decode through fp16 instead of a gather from the levels table
   // (when the table is bit for bit what that decoder gives): every code, NaN codes

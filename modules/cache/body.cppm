@@ -9,6 +9,7 @@ module;
 #include "kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -63,6 +64,7 @@ public:
       params_store_ = storage.make_store(layout_.bytes() - layout_.code_bytes());
     codes_.resize(layout_.block_tokens * head_dim);
     record_.resize(layout_.bytes());
+    scale_bounds_.assign(layout_.groups(), 0.0f);
     scratch_.resize(std::max(layout_.block_tokens, head_dim));
     // Per-channel blocks are read one token row at a time with the parameters folded into
     // the query, so their kernel format is a parameterless row of codes.
@@ -97,7 +99,12 @@ public:
       throw error("append: a block is " + std::to_string(layout_.block_tokens) + " x " +
                   std::to_string(layout_.head_dim) + " values, got " + std::to_string(rows.size()));
     encode(rows, kernels, record_);
-    if (layout_.block_tokens == 1) return store_->append(record_);
+    if (layout_.block_tokens == 1) {
+      if (kernels::fixed_point_values(format_))
+        for (std::size_t g = 0; g < layout_.groups(); ++g)
+          scale_bounds_[g] = std::max(scale_bounds_[g], read_params(record_, g).scale);
+      return store_->append(record_);
+    }
     const std::size_t row_bytes = layout_.row_code_bytes();
     for (std::size_t j = 0; j < layout_.block_tokens; ++j)
       store_->append(std::span(record_).subspan(j * row_bytes, row_bytes));
@@ -199,6 +206,9 @@ public:
   void axpy_all(const kernel_table& kernels, const float* weights, std::size_t stride, std::size_t heads,
                 std::span<float> acc) const {
     if (layout_.block_tokens == 1) {
+      if (heads == 1 && kernels.axpy_records_fixed && kernels::fixed_point_values(format_) &&
+          axpy_fixed(kernels, weights, acc))
+        return;
       for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
         kernels.axpy_records(format_, weights + first, stride, heads, block.data(), count, acc.data());
       });
@@ -267,6 +277,43 @@ public:
   }
 
 private:
+  // One head's values of 4-bit symmetric codes in 32-bit fixed point (where the kernel
+  // table has axpy_records_fixed): each token's weight times its group's scale is rounded
+  // once to an integer F on a grid, per group, that keeps the largest weight times the
+  // largest scale the body has held below 2^32; sum of F * code and sum of F are exact
+  // integer sums, taken to float once. So results do not depend on how the tokens are
+  // split into runs (pages, eviction), and each F keeps 24 or more bits when w s is within
+  // 2^8 of that bound. False, with nothing done, for weights the grid cannot hold
+  // (negative, infinite, NaN: the float loop gives what IEEE arithmetic gives).
+  bool axpy_fixed(const kernel_table& kernels, const float* weights, std::span<float> acc) const {
+    const std::size_t tokens = this->tokens(), groups = layout_.groups(), head_dim = layout_.head_dim;
+    float lowest, highest;
+    kernels.min_max(weights, tokens, &lowest, &highest);
+    // min_max passes over NaN; a NaN or an overflow makes the sum of squares not finite
+    if (!(lowest >= 0.0f) ||
+        !std::isfinite(kernels.dot_f32(weights, reinterpret_cast<const std::uint8_t*>(weights), tokens)))
+      return false;
+    fixed_grid_.resize(groups);
+    for (std::size_t g = 0; g < groups; ++g) {
+      const double top = static_cast<double>(highest) * scale_bounds_[g];
+      fixed_grid_[g] = top > 0.0 ? std::ldexp(1.0f, 31 - std::ilogb(top)) : 1.0f; // top * grid in [2^31, 2^32)
+      if (!std::isfinite(fixed_grid_[g])) return false;
+    }
+    fixed_sums_.assign(head_dim, 0);
+    fixed_weight_sums_.assign(groups, 0);
+    for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
+      kernels.axpy_records_fixed(format_, weights + first, tokens, 1, fixed_grid_.data(), block.data(), count,
+                                 fixed_sums_.data(), fixed_weight_sums_.data());
+    });
+    for (std::size_t c = 0; c < head_dim; ++c) {
+      const std::size_t g = c / layout_.group_channels;
+      const std::int64_t level_sum =
+          fixed_sums_[c] - std::int64_t{rule_.offset} * static_cast<std::int64_t>(fixed_weight_sums_[g]);
+      acc[c] += static_cast<float>(static_cast<double>(level_sum) / fixed_grid_[g]);
+    }
+    return true;
+  }
+
   static kernels::element_kind element_kind_of(const any_quantizer& q) {
     switch (q.format()) {
     case element_format::f32: return kernels::element_kind::f32;
@@ -408,11 +455,15 @@ private:
   std::vector<std::uint16_t> block_sizes_;     // live tokens per per-channel block; empty while all are full
   std::vector<std::uint32_t> codes_;           // scratch: one block's codes before packing
   std::vector<std::uint8_t> record_;           // scratch: one record before it is stored
+  std::vector<float> scale_bounds_;            // per group: the largest scale appended (fixed-point values' grid)
   // Scratch of the const attention calls: a stream is read by one thread at a time.
   mutable std::vector<float> scratch_;             // per head: scaled query, or one block's level sums
   mutable std::vector<float> head_terms_;          // per head: one block's constant term
   mutable std::vector<group_params> block_params_; // one per-channel block's parameters (reference decode)
   mutable std::vector<float> block_scales_, block_zeros_, param_values_; // the same for attention
+  mutable std::vector<float> fixed_grid_;                                // axpy_fixed: per group
+  mutable std::vector<std::int64_t> fixed_sums_;                         // axpy_fixed: per channel
+  mutable std::vector<std::uint64_t> fixed_weight_sums_;                 // axpy_fixed: per group
 };
 
 } // namespace kvlab

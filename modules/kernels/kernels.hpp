@@ -9,7 +9,9 @@
 
 namespace kvlab::kernels {
 
-// avx512_vnni: the AVX-512 kernels, with integer dot products for the keys of affine codes.
+// avx512_vnni: the AVX-512 kernels, with integer dot products for the keys of affine codes
+// and, where the CPU also has AVX-512 VBMI (Ice Lake, Zen 4 and later), fixed-point values
+// of 4-bit ones.
 enum class isa { scalar, avx2, avx512, avx512_vnni };
 
 // How the elements of a record decode.
@@ -44,6 +46,13 @@ struct record_format {
   std::size_t code_bytes() const noexcept { return (head_dim * bits + 7) / 8; }
   std::size_t groups() const noexcept { return head_dim / group_channels; }
 };
+
+// Values of 4-bit symmetric codes (int4: scale * (code - offset), fp16 scales) in groups of
+// whole 32-channel units and up to 256 channels: the records axpy_records_fixed takes.
+inline bool fixed_point_values(const record_format& f) noexcept {
+  return f.kind == element_kind::affine_codes && f.bits == 4 && f.params_per_group == 1 && !f.params_f32 &&
+         f.group_channels % 32 == 0 && f.head_dim % f.group_channels == 0 && f.head_dim != 0 && f.head_dim <= 256;
+}
 
 // Codes are bit-packed little-endian: element i occupies bits [i*bits, (i+1)*bits) of the
 // byte stream, least significant bit first. `levels` maps a code to its unscaled value
@@ -96,6 +105,16 @@ struct kernel_table {
   // where acc_h is acc[h * head_dim, (h + 1) * head_dim).
   void (*axpy_records)(const record_format& format, const float* weights, std::size_t stride, std::size_t heads,
                        const std::uint8_t* records, std::size_t count, float* acc);
+  // Values in 32-bit fixed point (records with fixed_point_values(format); null in tables
+  // without a fast version). For h < heads, t < count and group g of record t, whose scale
+  // is s: F = round_to_even(fl(fl(weights[h * stride + t] * grid[h * groups + g]) * s)),
+  // 2^32 - 1 when that is not below 2^32, and sums[h * head_dim + i] += F * code(i),
+  // weight_sums[h * groups + g] += F. Weights must not be negative or NaN (callers check);
+  // the caller picks each grid, a power of two, so that F stays below 2^32. Integer sums do
+  // not depend on order: no split of a run changes them.
+  void (*axpy_records_fixed)(const record_format& format, const float* weights, std::size_t stride, std::size_t heads,
+                             const float* grid, const std::uint8_t* records, std::size_t count, std::int64_t* sums,
+                             std::uint64_t* weight_sums);
   // One block of per-channel parameters (per_channel of 1: scales; 2: scale, zero
   // interleaved; fp16 or f32) folded into `heads` queries of n channels:
   // scaled[h * n + c] = queries[h * n + c] * scale(c) and zero_terms[h] = query_h . zeros

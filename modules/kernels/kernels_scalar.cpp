@@ -19,6 +19,7 @@ const kernel_table& scalar_kernels() noexcept {
       .encode_uniform_record = scalar::encode_uniform_record<scalar::absmax, scalar::min_max, scalar::encode_uniform>,
       .dot_records = scalar::dot_records,
       .axpy_records = scalar::axpy_records,
+      .axpy_records_fixed = scalar::axpy_records_fixed,
       .fold_channel_params = scalar::fold_channel_params,
       .dot_f32 = scalar::dot_f32,
       .axpy_f32 = scalar::axpy_f32,

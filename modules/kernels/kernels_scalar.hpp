@@ -284,4 +284,28 @@ inline void axpy_records(const record_format& f, const float* weights, std::size
     }
 }
 
+// One token's weight times one group scale on a fixed-point grid (axpy_records_fixed).
+inline std::uint32_t fixed_weight(float weight, float grid, float scale) noexcept {
+  const float x = weight * grid * scale;
+  if (!(x < 4294967296.0f)) return 0xFFFFFFFFu; // what vcvtps2udq gives out of range
+  return static_cast<std::uint32_t>(std::nearbyint(x));
+}
+
+inline void axpy_records_fixed(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
+                               const float* grid, const std::uint8_t* records, std::size_t count, std::int64_t* sums,
+                               std::uint64_t* weight_sums) noexcept {
+  const std::size_t groups = f.groups();
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < count; ++t) {
+      const std::uint8_t* record = records + t * f.record_bytes;
+      for (std::size_t g = 0; g < groups; ++g) {
+        const std::uint32_t fixed =
+            fixed_weight(weights[h * stride + t], grid[h * groups + g], record_param(f, record, g, 0));
+        weight_sums[h * groups + g] += fixed;
+        for (std::size_t i = g * f.group_channels; i < (g + 1) * f.group_channels; ++i)
+          sums[h * f.head_dim + i] += std::int64_t{fixed} * code_at(record, i, f.bits);
+      }
+    }
+}
+
 } // namespace kvlab::kernels::scalar

@@ -1598,6 +1598,213 @@ struct kernels {
     dot_records(f, queries, heads, records, count, scores, stride);
   }
 
+  // --- Values of 4-bit symmetric codes in fixed point (the avx512_vnni table) ----------
+  // Per group, the sum over tokens of w s (code - offset) is (sum of w s code) - offset
+  // (sum of w s). Each token's w s is rounded once to a 32-bit integer F on the caller's
+  // grid, and both sums become exact integer sums. vpdpbusd multiplies 4 unsigned bytes by
+  // 4 signed bytes and adds the 4 products to a dword: with byte j of 4 tokens' F in every
+  // dword of one vector, and the same 4 tokens' codes of one channel in each dword of
+  // another, one instruction adds 4 tokens' byte-j products for 16 channels. Per 16
+  // channels and 4 tokens that is 4 vpdpbusd (one per byte of F), against 4 multiply-adds
+  // and 4 table lookups in floats. Integer sums are the same in any order, so no split of
+  // a run changes them. One head per pass over the records: for a GQA group the float
+  // kernel, which decodes each record once for every head, is faster.
+  // - F for 64 tokens at a time, 16 per vector: the scales gathered a chunk ahead (their
+  //   latency hidden), and one vpshufb per group and 16 tokens turns them into one dword of
+  //   4 bytes per byte j and 4 tokens, which the loop broadcasts from memory.
+  // - Codes: one vpermt2b over two 32-byte halves of 4 records gathers 16 code bytes of
+  //   each into dwords (the 4 records' bytes in each): per unit of 32 channels, one group,
+  //   its low nibbles and its bytes minus 128 (see pass).
+  // - The 4 byte sums of 4 code vectors stay in registers over the 64 tokens; the int32
+  //   sums go into int64 ones every 2^15 tokens, before they can overflow (at most
+  //   4 * 255 * 128 per dword and 4 tokens).
+  static constexpr std::size_t fixed_chunk = 64, fixed_flush = std::size_t{1} << 15;
+  static constexpr std::size_t fixed_max_units = 8, fixed_max_groups = 8; // head_dim <= 256
+
+  // HeadDim and Groups: the shape at compile time (head_dim 128), 0 when known at run time.
+  template <std::size_t HeadDim, std::size_t Groups>
+  __attribute__((target("avx512vnni,avx512vbmi"))) static void
+  axpy_fixed_one_head(const record_format& f, const float* weights, const float* grid, const std::uint8_t* records,
+                      std::size_t count, std::int64_t* sums, std::uint64_t* weight_sums) noexcept {
+    const std::size_t n = HeadDim ? HeadDim : f.head_dim, groups = Groups ? Groups : f.groups();
+    const std::size_t record_bytes = f.record_bytes, code_bytes = n / 2, units = n / 32;
+    const std::size_t units_per_group = units / groups;
+    // slices[g][b]: lane l holds, as dword j, byte j of F of group g for the 4 tokens of
+    // quad 4 b + l of the chunk.
+    alignas(64) std::uint8_t slices[fixed_max_groups][fixed_chunk / 16][64];
+    alignas(64) std::int32_t partial[fixed_max_units][2][4][16];       // unit, nibble, byte j of F
+    alignas(64) std::uint64_t weight_lanes[fixed_max_groups][16] = {}; // sums of F per group, 16 lanes
+    alignas(64) std::uint8_t control[64], interleave[2][64];
+    for (std::size_t k = 0; k < 64; ++k) control[k] = static_cast<std::uint8_t>(k / 16 * 16 + k % 4 * 4 + k % 16 / 4);
+    // Byte 4 m + k of unit half h: record k's byte 16 h + m, from A = (r0 | r1), B = (r2 | r3).
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t m = 0; m < 16; ++m)
+        for (std::size_t k = 0; k < 4; ++k)
+          interleave[h][4 * m + k] = static_cast<std::uint8_t>(k / 2 * 64 + k % 2 * 32 + 16 * h + m);
+    const __m512i by_byte = _mm512_load_si512(control), low_nibbles = _mm512_set1_epi8(0x0F);
+    const __m512i first_unit = _mm512_load_si512(interleave[0]), second_unit = _mm512_load_si512(interleave[1]);
+    const __m512i record_offsets = lane_offsets(record_bytes);
+
+    // The fp16 scales of a chunk's batches of 16 records, two per gathered dword, masked
+    // past the end.
+    const std::size_t pairs = (groups + 1) / 2;
+    __m512i gathered[fixed_chunk / 16][fixed_max_groups / 2];
+    const auto gather_chunk = [&](std::size_t first) __attribute__((always_inline)) {
+      const std::size_t size = std::min(fixed_chunk, count - first);
+      for (std::size_t b = 0; 16 * b < size; ++b) {
+        const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
+        const std::uint8_t* batch = records + (first + 16 * b) * record_bytes + code_bytes;
+        for (std::size_t pair = 0; pair < pairs; ++pair) {
+          // an odd last group: the dword that ends with its scale (not past the record)
+          const std::size_t at = 2 * pair + 1 < groups ? 4 * pair : 4 * pair - 2;
+          gathered[b][pair] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + at, 1);
+        }
+      }
+    };
+    // F of batch b's 16 tokens into slices.
+    const auto fix_batch = [&](std::size_t first, std::size_t size, std::size_t b) __attribute__((always_inline)) {
+      const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
+      const __m512 w = _mm512_maskz_loadu_ps(valid, weights + first + 16 * b);
+      for (std::size_t g = 0; g < groups; ++g) {
+        const bool high = g % 2 == 1 || (groups % 2 == 1 && g + 1 == groups); // see gather_chunk
+        const __m512i pair = gathered[b][g / 2];
+        const __m512 scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(pair, 16) : pair));
+        const __m512 x = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grid[g])), scale);
+        const __m512i fixed = _mm512_cvt_roundps_epu32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        std::uint64_t* lanes = weight_lanes[g];
+        _mm512_store_si512(
+            lanes, _mm512_add_epi64(_mm512_load_si512(lanes), _mm512_cvtepu32_epi64(_mm512_castsi512_si256(fixed))));
+        _mm512_store_si512(lanes + 8, _mm512_add_epi64(_mm512_load_si512(lanes + 8),
+                                                       _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(fixed, 1))));
+        _mm512_store_si512(slices[g][b], _mm512_shuffle_epi8(fixed, by_byte));
+      }
+    };
+    // Units 2 p and 2 p + 1 (code bytes [32 p, 32 p + 32)) over a chunk's quads (all 16
+    // when Full, with no check for records past the end). Per unit two code vectors: the
+    // low nibbles, and the whole bytes minus 128 (x ^ 0x80 read as signed), which give the
+    // high nibbles' sum as (sum(F (x - 128)) - sum(F low) + 128 sum(F)) / 16: one operation
+    // instead of a shift and a mask.
+    struct chunk_run {
+      const std::uint8_t* records;
+      std::size_t size;
+      prefetch_span ahead;
+    };
+    const auto pass = [&]<bool Full>(const chunk_run& chunk,
+                                     std::size_t p) __attribute__((always_inline, target("avx512vnni,avx512vbmi"))) {
+      const std::size_t chunk_quads = Full ? fixed_chunk / 4 : (chunk.size + 3) / 4;
+      const std::size_t bytes = std::min<std::size_t>(32, code_bytes - 32 * p);
+      const __mmask32 byte_mask = bytes == 32 ? ~__mmask32{0} : (__mmask32{1} << bytes) - 1;
+      // An odd last unit has the pass alone: the second unit's bytes are masked to zero and
+      // its sums land in partial[units], which is never read.
+      const std::size_t unit = 2 * p, second = std::min(unit + 1, units - 1);
+      const std::uint8_t* first_slices = slices[unit / units_per_group][0];
+      const std::uint8_t* second_slices = slices[second / units_per_group][0];
+      const __m512i high_bits = _mm512_set1_epi8(static_cast<char>(0x80));
+      __m512i acc[4][4]; // [unit, low nibbles or bytes][byte j of F]
+      for (std::size_t v = 0; v < 4; ++v)
+        for (std::size_t j = 0; j < 4; ++j) acc[v][j] = _mm512_load_si512(partial[unit + v / 2][v % 2][j]);
+      for (std::size_t q = 0; q < chunk_quads; ++q) {
+        if (p == 0) prefetch_part(chunk.ahead, q, chunk_quads);
+        const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + 32 * p;
+        const auto half = [&](std::size_t k) __attribute__((always_inline)) {
+          if (Full || 4 * q + k < chunk.size) return _mm256_maskz_loadu_epi8(byte_mask, quad + k * record_bytes);
+          return _mm256_setzero_si256();
+        };
+        const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(half(0)), half(1), 1);
+        const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(half(2)), half(3), 1);
+        const __m512i units_bytes[2] = {_mm512_permutex2var_epi8(a, first_unit, b),
+                                        _mm512_permutex2var_epi8(a, second_unit, b)};
+        const __m512i codes[4] = {
+            _mm512_and_si512(units_bytes[0], low_nibbles), _mm512_xor_si512(units_bytes[0], high_bits),
+            _mm512_and_si512(units_bytes[1], low_nibbles), _mm512_xor_si512(units_bytes[1], high_bits)};
+        for (std::size_t j = 0; j < 4; ++j) {
+          std::int32_t first_bytes, second_bytes; // quad q's dword j: slices[g][q / 4], lane q % 4
+          std::memcpy(&first_bytes, first_slices + 16 * q + 4 * j, 4);
+          std::memcpy(&second_bytes, second_slices + 16 * q + 4 * j, 4);
+          const __m512i first_j = _mm512_set1_epi32(first_bytes), second_j = _mm512_set1_epi32(second_bytes);
+          acc[0][j] = _mm512_dpbusd_epi32(acc[0][j], first_j, codes[0]);
+          acc[1][j] = _mm512_dpbusd_epi32(acc[1][j], first_j, codes[1]);
+          acc[2][j] = _mm512_dpbusd_epi32(acc[2][j], second_j, codes[2]);
+          acc[3][j] = _mm512_dpbusd_epi32(acc[3][j], second_j, codes[3]);
+        }
+      }
+      for (std::size_t v = 0; v < 4; ++v)
+        for (std::size_t j = 0; j < 4; ++j) _mm512_store_si512(partial[unit + v / 2][v % 2][j], acc[v][j]);
+    };
+
+    // totals[kind][16 unit + m]: the call's sum of F times low nibbles (kind 0) or times
+    // bytes minus 128 (kind 1) of code byte 16 unit + m.
+    alignas(64) std::int64_t totals[2][fixed_max_units * 16] = {};
+    if (count > 0) gather_chunk(0);
+    for (std::size_t begin = 0; begin < count; begin += fixed_flush) {
+      const std::size_t end = std::min(count, begin + fixed_flush);
+      std::memset(partial, 0, sizeof partial);
+      for (std::size_t first = begin; first < end; first += fixed_chunk) {
+        const std::size_t size = std::min(fixed_chunk, end - first);
+        const std::uint8_t* chunk_records = records + first * record_bytes;
+        const chunk_run chunk{chunk_records, size, lines_ahead(chunk_records, size * record_bytes)};
+        for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
+        if (first + fixed_chunk < count) gather_chunk(first + fixed_chunk);
+        for (std::size_t p = 0; 32 * p < code_bytes; ++p) {
+          if (size == fixed_chunk)
+            pass.template operator()<true>(chunk, p);
+          else
+            pass.template operator()<false>(chunk, p);
+        }
+      }
+      // totals += sum over j of partial << 8 j, 8 lanes at a time
+      for (std::size_t unit = 0; unit < units; ++unit)
+        for (std::size_t kind = 0; kind < 2; ++kind)
+          for (std::size_t half = 0; half < 2; ++half) {
+            std::int64_t* out = totals[kind] + 16 * unit + 8 * half;
+            __m512i total = _mm512_load_si512(out);
+            for (std::size_t j = 0; j < 4; ++j) {
+              const __m256i lanes =
+                  _mm256_load_si256(reinterpret_cast<const __m256i*>(partial[unit][kind][j] + 8 * half));
+              total = _mm512_add_epi64(total, _mm512_slli_epi64(_mm512_cvtepi32_epi64(lanes), 8 * j));
+            }
+            _mm512_store_si512(out, total);
+          }
+    }
+    std::uint64_t call_weight_sums[fixed_max_groups];
+    for (std::size_t g = 0; g < groups; ++g) {
+      call_weight_sums[g] = std::accumulate(weight_lanes[g], weight_lanes[g] + 16, std::uint64_t{0});
+      weight_sums[g] += call_weight_sums[g];
+    }
+    for (std::size_t unit = 0; unit < units; ++unit) {
+      const auto weight_sum = static_cast<std::int64_t>(call_weight_sums[unit / units_per_group]);
+      for (std::size_t m = 0; m < 16; ++m) {
+        const std::int64_t low = totals[0][16 * unit + m], bytes = totals[1][16 * unit + m];
+        sums[2 * (16 * unit + m)] += low;
+        sums[2 * (16 * unit + m) + 1] += (bytes - low + 128 * weight_sum) / 16;
+      }
+    }
+  }
+
+  static void axpy_records_fixed(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
+                                 const float* grid, const std::uint8_t* records, std::size_t count, std::int64_t* sums,
+                                 std::uint64_t* weight_sums) noexcept {
+    if constexpr (is_avx512) {
+      if (fixed_point_values(f)) {
+        const std::size_t n = f.head_dim, groups = f.groups();
+        for (std::size_t h = 0; h < heads; ++h) {
+          const auto run = [&]<std::size_t HeadDim, std::size_t Groups>() {
+            axpy_fixed_one_head<HeadDim, Groups>(f, weights + h * stride, grid + h * groups, records, count,
+                                                 sums + h * n, weight_sums + h * groups);
+          };
+          if (n == 128 && groups == 4)
+            run.template operator()<128, 4>();
+          else if (n == 128 && groups == 1)
+            run.template operator()<128, 1>();
+          else
+            run.template operator()<0, 0>();
+        }
+        return;
+      }
+    }
+    scalar::axpy_records_fixed(f, weights, stride, heads, grid, records, count, sums, weight_sums);
+  }
+
   // Calls use.template operator()<Dwords, GroupDwords>() for a token-lane record format, with
   // head_dim 128's shapes fixed at compile time (4 * Bits dwords of codes; groups of 32
   // channels, Bits dwords, or of the whole record), 0 for what is known only at run time.
@@ -1811,6 +2018,7 @@ struct kernels {
             .encode_uniform_record = &encode_uniform_record,
             .dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni : &dot_records,
             .axpy_records = &axpy_records,
+            .axpy_records_fixed = instruction_set == isa::avx512_vnni ? &axpy_records_fixed : nullptr,
             .fold_channel_params = &fold_channel_params,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
             .axpy_f32 = &axpy_row<&load_f32, 4, &scalar::load_f32>,

@@ -12,6 +12,7 @@ import kvlab.core;
 export namespace kvlab {
 
 using kernels::element_kind;
+using kernels::fixed_point_values;
 using kernels::isa;
 using kernels::isa_name;
 using kernels::kernel_table;
