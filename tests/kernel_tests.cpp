@@ -610,8 +610,8 @@ BOOST_AUTO_TEST_CASE(fixed_point_values_equal_the_scalar_reference_bit_for_bit) 
         std::vector<float> weights(heads * stride), grid(heads * groups);
         for (std::size_t i = 0; i < weights.size(); ++i)
           weights[i] = i % 7 == 0 ? 0.0f : std::fabs(random.floats(1)[0]);
-        // 2^30: weights past 4 / scale reach 2^32 and saturate
-        for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = i % 2 == 0 ? 0x1p30f : 0x1p20f;
+        // 2^32: every token whose w s reaches 1 saturates (w >= 2 at the largest scales)
+        for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = i % 2 == 0 ? 0x1p32f : 0x1p20f;
         std::vector<std::int64_t> expected(heads * head_dim, 0);
         std::vector<std::uint64_t> expected_weights(heads * groups, 0);
         scalar.axpy_records_fixed(f, weights.data(), stride, heads, grid.data(), records.data() + 1, count,

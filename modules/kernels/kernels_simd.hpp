@@ -1655,9 +1655,11 @@ struct kernels {
         const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
         const std::uint8_t* batch = records + (first + 16 * b) * record_bytes + code_bytes;
         for (std::size_t pair = 0; pair < pairs; ++pair) {
-          // an odd last group: the dword that ends with its scale (not past the record)
-          const std::size_t at = 2 * pair + 1 < groups ? 4 * pair : 4 * pair - 2;
-          gathered[b][pair] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + at, 1);
+          // an odd last group: the dword that ends with its scale (not past the record; with
+          // one group, the last code bytes and the scale)
+          const std::uint8_t* at = batch + 4 * pair;
+          if (2 * pair + 1 == groups) at -= 2;
+          gathered[b][pair] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, at, 1);
         }
       }
     };
