@@ -571,179 +571,203 @@ std::vector<kvlab::isa> fixed_point_isas() {
   return isas;
 }
 
-// Records of int4 codes with group scales as fp16: random codes (15, which int4 never
-// writes, included) and scales between 1/8 and 1/2, some 0.
-std::vector<std::uint8_t> int4_records(random_bytes& random, const kvlab::record_format& f, std::size_t count) {
+// Records of affine codes with fp16 group parameters: random codes (15, which int4 never
+// writes, included), scales between 1/8 and 1/2, some 0, and with two parameters per group
+// zeros between -2 and 2, some 0.
+std::vector<std::uint8_t> coded_records(random_bytes& random, const kvlab::record_format& f, std::size_t count) {
   auto records = random(count * f.record_bytes + 1);
+  const auto fraction = [&] { return static_cast<float>(random.random.next() % 1000) / 1000.0f; };
   for (std::size_t t = 0; t < count; ++t)
     for (std::size_t g = 0; g < f.groups(); ++g) {
-      const float scale =
-          (t + g) % 17 == 0 ? 0.0f : 0.125f + 0.375f * static_cast<float>(random.random.next() % 1000) / 1000.0f;
-      const std::uint16_t half = kvlab::float_to_half_bits(scale);
-      std::memcpy(records.data() + 1 + t * f.record_bytes + f.code_bytes() + 2 * g, &half, 2);
+      const float scale = (t + g) % 17 == 0 ? 0.0f : 0.125f + 0.375f * fraction();
+      const float zero = (t + g) % 13 == 0 ? 0.0f : 4.0f * fraction() - 2.0f;
+      for (unsigned p = 0; p < f.params_per_group; ++p) {
+        const std::uint16_t half = kvlab::float_to_half_bits(p == 0 ? scale : zero);
+        std::memcpy(records.data() + 1 + t * f.record_bytes + f.code_bytes() + 2 * (g * f.params_per_group + p), &half,
+                    2);
+      }
     }
   return records;
 }
 
 BOOST_AUTO_TEST_CASE(fixed_point_values_equal_the_scalar_reference_bit_for_bit) {
   // Integer sums: every table must give the scalar reference's, for every split of a run,
-  // with one to eight groups, head_dim 64 to 256, tails of every length, misaligned records,
-  // zero weights and weights whose F saturates at 2^32 - 1.
+  // with 2- and 4-bit codes, scales alone or scales and zeros, one to eight groups,
+  // head_dim 64 to 256, tails of every length, misaligned records, zero weights, and
+  // weights whose F saturates at 2^32 - 1 and whose Z at -2^31.
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   // where the CPU has VNNI and VBMI the fast kernel must be among them, not only the reference
   if (kvlab::cpu_supports(kvlab::isa::avx512_vnni) && __builtin_cpu_supports("avx512vbmi"))
     BOOST_TEST(fixed_point_isas().size() == 2u);
   random_bytes random;
-  for (const std::size_t head_dim : {64u, 96u, 128u, 160u, 256u})
-    for (const std::size_t group : {32u, 64u, 128u, 160u, 256u}) {
-      if (head_dim % group != 0) continue;
-      const std::size_t groups = head_dim / group;
-      const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
-                                   .record_bytes = head_dim / 2 + 2 * groups,
-                                   .head_dim = head_dim,
-                                   .group_channels = group,
-                                   .bits = 4,
-                                   .params_per_group = 1,
-                                   .offset = 7.0f};
-      BOOST_TEST(kvlab::fixed_point_values(f));
-      for (const std::size_t count : {0u, 1u, 3u, 4u, 63u, 64u, 65u, 200u}) {
-        const std::size_t heads = 2, stride = count + 3;
-        const auto records = int4_records(random, f, count);
-        std::vector<float> weights(heads * stride), grid(heads * groups);
-        for (std::size_t i = 0; i < weights.size(); ++i)
-          weights[i] = i % 7 == 0 ? 0.0f : std::fabs(random.floats(1)[0]);
-        // 2^32: every token whose w s reaches 1 saturates (w >= 2 at the largest scales)
-        for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = i % 2 == 0 ? 0x1p32f : 0x1p20f;
-        std::vector<std::int64_t> expected(heads * head_dim, 0);
-        std::vector<std::uint64_t> expected_weights(heads * groups, 0);
-        scalar.axpy_records_fixed(f, weights.data(), stride, heads, grid.data(), records.data() + 1, count,
-                                  expected.data(), expected_weights.data());
-        for (const auto isa : fixed_point_isas()) {
-          BOOST_TEST_CONTEXT("head_dim " << head_dim << " group " << group << " count " << count << " "
-                                         << kvlab::isa_name(isa)) {
-            const auto& kernels = kvlab::kernels_for(isa);
-            std::vector<std::int64_t> sums(heads * head_dim, 0);
-            std::vector<std::uint64_t> weight_sums(heads * groups, 0);
-            for (std::size_t first = 0, n = 1; first < count; first += n, n = n % 23 + 5) {
-              n = std::min(n, count - first);
-              kernels.axpy_records_fixed(f, weights.data() + first, stride, heads, grid.data(),
-                                         records.data() + 1 + first * f.record_bytes, n, sums.data(),
-                                         weight_sums.data());
+  for (const unsigned bits : {4u, 2u})
+    for (const unsigned per_group : {1u, 2u})
+      for (const std::size_t head_dim : {64u, 96u, 128u, 160u, 256u})
+        for (const std::size_t group : {32u, 64u, 128u, 160u, 256u}) {
+          if (head_dim % group != 0) continue;
+          const std::size_t groups = head_dim / group;
+          const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
+                                       .record_bytes = head_dim * bits / 8 + 2 * per_group * groups,
+                                       .head_dim = head_dim,
+                                       .group_channels = group,
+                                       .bits = bits,
+                                       .params_per_group = per_group,
+                                       .offset = per_group == 2 ? 0.0f
+                                                 : bits == 4    ? 7.0f
+                                                                : 1.0f};
+          BOOST_TEST(kvlab::fixed_point_values(f));
+          for (const std::size_t count : {0u, 1u, 3u, 4u, 63u, 64u, 65u, 200u}) {
+            const std::size_t heads = 2, stride = count + 3, grids = heads * groups * per_group;
+            const auto records = coded_records(random, f, count);
+            std::vector<float> weights(heads * stride), grid(grids);
+            for (std::size_t i = 0; i < weights.size(); ++i)
+              weights[i] = i % 7 == 0 ? 0.0f : std::fabs(random.floats(1)[0]);
+            // 2^32: every token whose w s reaches 1 saturates (w >= 2 at the largest scales);
+            // zeros' 2^31 likewise
+            for (std::size_t i = 0; i < grids; ++i)
+              grid[i] = per_group == 2 && i % 2 == 1 ? (i % 4 == 1 ? 0x1p31f : 0x1p20f)
+                        : i % 3 == 0                 ? 0x1p32f
+                                                     : 0x1p20f;
+            std::vector<std::int64_t> expected(heads * head_dim, 0), expected_zeros(heads * groups, 0);
+            std::vector<std::uint64_t> expected_weights(heads * groups, 0);
+            scalar.axpy_records_fixed(f, weights.data(), stride, heads, grid.data(), records.data() + 1, count,
+                                      expected.data(), expected_weights.data(), expected_zeros.data());
+            for (const auto isa : fixed_point_isas()) {
+              BOOST_TEST_CONTEXT(bits << " bits, " << per_group << " parameters, head_dim " << head_dim << " group "
+                                      << group << " count " << count << " " << kvlab::isa_name(isa)) {
+                const auto& kernels = kvlab::kernels_for(isa);
+                std::vector<std::int64_t> sums(heads * head_dim, 0), zero_sums(heads * groups, 0);
+                std::vector<std::uint64_t> weight_sums(heads * groups, 0);
+                for (std::size_t first = 0, n = 1; first < count; first += n, n = n % 23 + 5) {
+                  n = std::min(n, count - first);
+                  kernels.axpy_records_fixed(f, weights.data() + first, stride, heads, grid.data(),
+                                             records.data() + 1 + first * f.record_bytes, n, sums.data(),
+                                             weight_sums.data(), zero_sums.data());
+                }
+                BOOST_TEST(sums == expected, boost::test_tools::per_element());
+                BOOST_TEST(weight_sums == expected_weights, boost::test_tools::per_element());
+                BOOST_TEST(zero_sums == expected_zeros, boost::test_tools::per_element());
+              }
             }
-            BOOST_TEST(sums == expected, boost::test_tools::per_element());
-            BOOST_TEST(weight_sums == expected_weights, boost::test_tools::per_element());
           }
         }
-      }
-    }
 }
 
 BOOST_AUTO_TEST_CASE(fixed_point_values_do_not_overflow_on_long_runs) {
-  // 600,000 tokens of code 15 (bytes 0xFF) with every F saturated at 2^32 - 1: the
-  // kernels' 32-bit sums of 4 tokens' products per lane would pass 2^31 after about 66,000
-  // tokens (bytes minus 128) or 561,000 (low nibbles).
+  // 600,000 tokens of bytes 0xFF (every 4-bit code 15, every 2-bit code 3) with every F
+  // saturated at 2^32 - 1: the kernels' 32-bit sums of 4 tokens' products per lane would
+  // pass 2^31 after about 66,000 tokens (bytes minus 128).
   const std::size_t count = 600000, head_dim = 128;
-  const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
-                               .record_bytes = head_dim / 2 + 8,
-                               .head_dim = head_dim,
-                               .group_channels = 32,
-                               .bits = 4,
-                               .params_per_group = 1,
-                               .offset = 7.0f};
-  std::vector<std::uint8_t> records(count * f.record_bytes, 0xFF);
-  for (std::size_t t = 0; t < count; ++t)
-    for (std::size_t g = 0; g < 4; ++g) {
-      const std::uint16_t one = 0x3C00;
-      std::memcpy(records.data() + t * f.record_bytes + 64 + 2 * g, &one, 2);
-    }
-  const std::vector<float> weights(count, 1.0f), grid(4, 0x1p32f);
-  const std::uint64_t saturated = 0xFFFFFFFFu;
-  for (const auto isa : fixed_point_isas()) {
-    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)) {
-      std::vector<std::int64_t> sums(head_dim, 0);
-      std::vector<std::uint64_t> weight_sums(4, 0);
-      kvlab::kernels_for(isa).axpy_records_fixed(f, weights.data(), count, 1, grid.data(), records.data(), count,
-                                                 sums.data(), weight_sums.data());
-      for (const auto sum : sums) BOOST_TEST(sum == static_cast<std::int64_t>(count * saturated * 15));
-      for (const auto sum : weight_sums) BOOST_TEST(sum == count * saturated);
+  for (const unsigned bits : {4u, 2u}) {
+    const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
+                                 .record_bytes = head_dim * bits / 8 + 8,
+                                 .head_dim = head_dim,
+                                 .group_channels = 32,
+                                 .bits = bits,
+                                 .params_per_group = 1,
+                                 .offset = 1.0f};
+    std::vector<std::uint8_t> records(count * f.record_bytes, 0xFF);
+    for (std::size_t t = 0; t < count; ++t)
+      for (std::size_t g = 0; g < 4; ++g) {
+        const std::uint16_t one = 0x3C00;
+        std::memcpy(records.data() + t * f.record_bytes + f.code_bytes() + 2 * g, &one, 2);
+      }
+    const std::vector<float> weights(count, 1.0f), grid(4, 0x1p32f);
+    const std::uint64_t saturated = 0xFFFFFFFFu, top_code = (1u << bits) - 1;
+    for (const auto isa : fixed_point_isas()) {
+      BOOST_TEST_CONTEXT(bits << " bits, " << kvlab::isa_name(isa)) {
+        std::vector<std::int64_t> sums(head_dim, 0);
+        std::vector<std::uint64_t> weight_sums(4, 0);
+        kvlab::kernels_for(isa).axpy_records_fixed(f, weights.data(), count, 1, grid.data(), records.data(), count,
+                                                   sums.data(), weight_sums.data(), nullptr);
+        for (const auto sum : sums) BOOST_TEST(sum == static_cast<std::int64_t>(count * saturated * top_code));
+        for (const auto sum : weight_sums) BOOST_TEST(sum == count * saturated);
+      }
     }
   }
 }
 
-BOOST_AUTO_TEST_CASE(int4_values_in_fixed_point_keep_fp32_accuracy) {
-  // One head's values over an int4@group(32) body, through the cache's fixed-point path
-  // where the table has one: the same bits on every such table, and within fp32's own
-  // accuracy of the exact sum: 2^-23 of each |w v| (the fp32 product w s, the rounding to
-  // an integer) plus half a step of the grid per token, the grid putting the largest weight
-  // times the largest scale in [2^31, 2^32). Bad weights (negative, NaN) take the float loop.
+BOOST_AUTO_TEST_CASE(fixed_point_values_keep_fp32_accuracy) {
+  // One head's values over int4@group(32) and uint2@group(32) bodies (scales alone; scales
+  // and zeros), through the cache's fixed-point path where the table has one: the same
+  // bits on every such table, and within fp32's own accuracy of the exact sum: 2^-23 of
+  // each |w v| (the fp32 products, the rounding to integers) plus, per token, half a step
+  // of the scales' grid times the level and half a step of the zeros' grid, the grids
+  // putting the largest weight times the largest scale in [2^31, 2^32) and times the
+  // largest |zero| in [2^29, 2^30). Bad weights (negative, NaN) take the float loop.
   const auto& components = kvlab::builtin_registry();
-  random_bytes random;
-  const std::size_t head_dim = 128, count = 3000;
-  kvlab::quantized_body body(components.make_quantizer("int4"),
-                             components.make_granularity("group(32)").group_shape(head_dim), head_dim,
-                             kvlab::param_precision::f16, components.make_storage("paged(256)"));
-  for (std::size_t t = 0; t < count; ++t) {
-    auto token = random.floats(head_dim);
-    for (auto& x : token) x *= t % 100 == 0 ? 8.0f : 1.0f; // a few tokens with 8x the scale
-    body.append(token, kvlab::kernels_for(kvlab::isa::scalar));
-  }
-  // A peaked softmax: weights over many binades.
-  std::vector<float> weights = random.floats(count);
-  for (auto& w : weights) w *= 4.0f;
-  kvlab::kernels_for(kvlab::isa::scalar).softmax(weights.data(), count);
-  std::vector<double> exact(head_dim, 0.0), bound(head_dim, 0.0);
-  std::vector<float> decoded(head_dim);
-  float top_weight = 0.0f, top_scale = 0.0f;
-  for (std::size_t t = 0; t < count; ++t) top_weight = std::max(top_weight, weights[t]);
-  for (std::size_t t = 0; t < count; ++t) {
-    const auto record = body.store().record(t);
-    for (std::size_t g = 0; g < 4; ++g) {
-      std::uint16_t half;
-      std::memcpy(&half, record.data() + 64 + 2 * g, 2);
-      top_scale = std::max(top_scale, kvlab::half_bits_to_float(half));
+  for (const char* quantizer : {"int4", "uint2"}) {
+    random_bytes random;
+    const std::size_t head_dim = 128, count = 3000;
+    kvlab::quantized_body body(components.make_quantizer(quantizer),
+                               components.make_granularity("group(32)").group_shape(head_dim), head_dim,
+                               kvlab::param_precision::f16, components.make_storage("paged(256)"));
+    for (std::size_t t = 0; t < count; ++t) {
+      auto token = random.floats(head_dim);
+      for (auto& x : token) x *= t % 100 == 0 ? 8.0f : 1.0f; // a few tokens with 8x the scale
+      body.append(token, kvlab::kernels_for(kvlab::isa::scalar));
     }
-  }
-  const double step = std::ldexp(1.0, std::ilogb(double{top_weight} * top_scale) - 31); // 1 / grid
-  for (std::size_t t = 0; t < count; ++t) {
-    body.decode(t, decoded);
-    for (std::size_t c = 0; c < head_dim; ++c) {
-      const double term = double{weights[t]} * decoded[c];
-      exact[c] += term;
+    const auto& format = body.kernel_format();
+    const std::size_t per_group = format.params_per_group;
+    const auto param = [&](std::size_t t, std::size_t g, unsigned which) {
       std::uint16_t half;
-      std::memcpy(&half, body.store().record(t).data() + 64 + 2 * (c / 32), 2);
-      const float scale = kvlab::half_bits_to_float(half); // F's error times code - offset
-      const double level = scale == 0.0f ? 0.0 : std::fabs(decoded[c] / scale);
-      bound[c] += 0x1p-23 * std::fabs(term) + 0.5 * step * level;
-    }
-  }
-  // The same table without its fixed-point kernel: the float loop.
-  const auto float_loop = [](kvlab::isa isa) {
-    kvlab::kernel_table table = kvlab::kernels_for(isa);
-    table.axpy_records_fixed = nullptr;
-    return table;
-  };
-  std::vector<float> first_fixed;
-  for (const auto isa : fixed_point_isas()) {
-    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)) {
-      std::vector<float> out(head_dim, 0.0f), floats(head_dim, 0.0f);
-      body.axpy_all(kvlab::kernels_for(isa), weights.data(), count, 1, out);
-      body.axpy_all(float_loop(isa), weights.data(), count, 1, floats);
-      for (std::size_t c = 0; c < head_dim; ++c) {
-        BOOST_TEST(std::fabs(out[c] - exact[c]) <= bound[c] + 0x1p-24 * std::fabs(exact[c]));
-        BOOST_TEST(std::fabs(floats[c] - exact[c]) <= bound[c] + 0x1p-24 * std::fabs(exact[c]));
+      std::memcpy(&half, body.store().record(t).data() + format.code_bytes() + 2 * (g * per_group + which), 2);
+      return kvlab::half_bits_to_float(half);
+    };
+    // A peaked softmax: weights over many binades.
+    std::vector<float> weights = random.floats(count);
+    for (auto& w : weights) w *= 4.0f;
+    kvlab::kernels_for(kvlab::isa::scalar).softmax(weights.data(), count);
+    std::vector<double> exact(head_dim, 0.0), bound(head_dim, 0.0);
+    std::vector<float> decoded(head_dim);
+    float top_weight = 0.0f, top_scale = 0.0f, top_zero = 0.0f;
+    for (std::size_t t = 0; t < count; ++t) top_weight = std::max(top_weight, weights[t]);
+    for (std::size_t t = 0; t < count; ++t)
+      for (std::size_t g = 0; g < 4; ++g) {
+        top_scale = std::max(top_scale, param(t, g, 0));
+        if (per_group == 2) top_zero = std::max(top_zero, std::fabs(param(t, g, 1)));
       }
-      BOOST_TEST(out != floats); // the fixed-point path was taken
-      if (first_fixed.empty()) first_fixed = out;
-      BOOST_TEST(out == first_fixed, boost::test_tools::per_element());
-      // Weights the grid cannot hold take the float loop.
-      for (const float bad : {-1e-3f, NAN}) {
-        std::vector<float> bad_weights = weights;
-        bad_weights[count / 2] = bad;
-        std::vector<float> bad_out(head_dim, 0.0f), bad_floats(head_dim, 0.0f);
-        body.axpy_all(kvlab::kernels_for(isa), bad_weights.data(), count, 1, bad_out);
-        body.axpy_all(float_loop(isa), bad_weights.data(), count, 1, bad_floats);
-        for (std::size_t c = 0; c < head_dim; ++c)
-          BOOST_TEST((std::isnan(bad) ? std::isnan(bad_out[c]) : bad_out[c] == bad_floats[c]));
+    const double step = std::ldexp(1.0, std::ilogb(double{top_weight} * top_scale) - 31); // 1 / grid
+    const double zero_step = per_group == 2 ? std::ldexp(1.0, std::ilogb(double{top_weight} * top_zero) - 29) : 0.0;
+    for (std::size_t t = 0; t < count; ++t) {
+      body.decode(t, decoded);
+      for (std::size_t c = 0; c < head_dim; ++c) {
+        const double term = double{weights[t]} * decoded[c];
+        exact[c] += term;
+        const float scale = param(t, c / 32, 0), zero = per_group == 2 ? param(t, c / 32, 1) : 0.0f;
+        const double level = scale == 0.0f ? 0.0 : std::fabs((decoded[c] - zero) / scale); // F's error times it
+        bound[c] += 0x1p-23 * std::fabs(term) + 0.5 * step * level + 0.5 * zero_step;
+      }
+    }
+    // The same table without its fixed-point kernel: the float loop.
+    const auto float_loop = [](kvlab::isa isa) {
+      kvlab::kernel_table table = kvlab::kernels_for(isa);
+      table.axpy_records_fixed = nullptr;
+      return table;
+    };
+    std::vector<float> first_fixed;
+    for (const auto isa : fixed_point_isas()) {
+      BOOST_TEST_CONTEXT(quantizer << " " << kvlab::isa_name(isa)) {
+        std::vector<float> out(head_dim, 0.0f), floats(head_dim, 0.0f);
+        body.axpy_all(kvlab::kernels_for(isa), weights.data(), count, 1, out);
+        body.axpy_all(float_loop(isa), weights.data(), count, 1, floats);
+        for (std::size_t c = 0; c < head_dim; ++c) {
+          BOOST_TEST(std::fabs(out[c] - exact[c]) <= bound[c] + 0x1p-24 * std::fabs(exact[c]));
+          BOOST_TEST(std::fabs(floats[c] - exact[c]) <= bound[c] + 0x1p-24 * std::fabs(exact[c]));
+        }
+        BOOST_TEST(out != floats); // the fixed-point path was taken
+        if (first_fixed.empty()) first_fixed = out;
+        BOOST_TEST(out == first_fixed, boost::test_tools::per_element());
+        // Weights the grid cannot hold take the float loop.
+        for (const float bad : {-1e-3f, NAN}) {
+          std::vector<float> bad_weights = weights;
+          bad_weights[count / 2] = bad;
+          std::vector<float> bad_out(head_dim, 0.0f), bad_floats(head_dim, 0.0f);
+          body.axpy_all(kvlab::kernels_for(isa), bad_weights.data(), count, 1, bad_out);
+          body.axpy_all(float_loop(isa), bad_weights.data(), count, 1, bad_floats);
+          for (std::size_t c = 0; c < head_dim; ++c)
+            BOOST_TEST((std::isnan(bad) ? std::isnan(bad_out[c]) : bad_out[c] == bad_floats[c]));
+        }
       }
     }
   }

@@ -65,6 +65,7 @@ public:
     codes_.resize(layout_.block_tokens * head_dim);
     record_.resize(layout_.bytes());
     scale_bounds_.assign(layout_.groups(), 0.0f);
+    zero_bounds_.assign(layout_.groups(), 0.0f);
     scratch_.resize(std::max(layout_.block_tokens, head_dim));
     // Per-channel blocks are read one token row at a time with the parameters folded into
     // the query, so their kernel format is a parameterless row of codes.
@@ -91,6 +92,8 @@ public:
   }
   // One record per token: its codes (and, for per-token groups, its parameters).
   const record_store& store() const noexcept { return *store_; }
+  // How the kernels read a record (per-token bodies) or a row of codes (per-channel blocks).
+  const kernels::record_format& kernel_format() const noexcept { return format_; }
 
   // Encodes and stores one block: block_tokens() rows of head_dim values (already rotated
   // for rotating quantizers; see rotate()).
@@ -101,8 +104,11 @@ public:
     encode(rows, kernels, record_);
     if (layout_.block_tokens == 1) {
       if (kernels::fixed_point_values(format_))
-        for (std::size_t g = 0; g < layout_.groups(); ++g)
-          scale_bounds_[g] = std::max(scale_bounds_[g], read_params(record_, g).scale);
+        for (std::size_t g = 0; g < layout_.groups(); ++g) {
+          const group_params p = read_params(record_, g);
+          scale_bounds_[g] = std::max(scale_bounds_[g], p.scale);
+          zero_bounds_[g] = std::max(zero_bounds_[g], std::fabs(p.zero));
+        }
       return store_->append(record_);
     }
     const std::size_t row_bytes = layout_.row_code_bytes();
@@ -277,39 +283,49 @@ public:
   }
 
 private:
-  // One head's values of 4-bit symmetric codes in 32-bit fixed point (where the kernel
+  // One head's values of 2- and 4-bit affine codes in 32-bit fixed point (where the kernel
   // table has axpy_records_fixed): each token's weight times its group's scale is rounded
   // once to an integer F on a grid, per group, that keeps the largest weight times the
-  // largest scale the body has held below 2^32; sum of F * code and sum of F are exact
+  // largest scale the body has held below 2^32 (and weight times zero to a signed Z on a
+  // grid that keeps it below 2^30); sum of F * code, sum of F and sum of Z are exact
   // integer sums, taken to float once. So results do not depend on how the tokens are
   // split into runs (pages, eviction), and each F keeps 24 or more bits when w s is within
   // 2^8 of that bound. False, with nothing done, for weights the grid cannot hold
   // (negative, infinite, NaN: the float loop gives what IEEE arithmetic gives).
   bool axpy_fixed(const kernel_table& kernels, const float* weights, std::span<float> acc) const {
     const std::size_t tokens = this->tokens(), groups = layout_.groups(), head_dim = layout_.head_dim;
+    const std::size_t per_group = format_.params_per_group;
     float lowest, highest;
     kernels.min_max(weights, tokens, &lowest, &highest);
     // min_max passes over NaN; a NaN or an overflow makes the sum of squares not finite
     if (!(lowest >= 0.0f) ||
         !std::isfinite(kernels.dot_f32(weights, reinterpret_cast<const std::uint8_t*>(weights), tokens)))
       return false;
-    fixed_grid_.resize(groups);
+    // a power of two that puts `top` in [2^(bits - 1), 2^bits)
+    const auto grid_below = [](double top, int bits) {
+      return top > 0.0 ? std::ldexp(1.0f, bits - 1 - std::ilogb(top)) : 1.0f;
+    };
+    fixed_grid_.resize(groups * per_group);
     for (std::size_t g = 0; g < groups; ++g) {
-      const double top = static_cast<double>(highest) * scale_bounds_[g];
-      fixed_grid_[g] = top > 0.0 ? std::ldexp(1.0f, 31 - std::ilogb(top)) : 1.0f; // top * grid in [2^31, 2^32)
-      if (!std::isfinite(fixed_grid_[g])) return false;
+      fixed_grid_[g * per_group] = grid_below(static_cast<double>(highest) * scale_bounds_[g], 32);
+      if (per_group == 2)
+        fixed_grid_[g * per_group + 1] = grid_below(static_cast<double>(highest) * zero_bounds_[g], 30);
     }
+    if (!std::ranges::all_of(fixed_grid_, [](float grid) { return std::isfinite(grid); })) return false;
     fixed_sums_.assign(head_dim, 0);
     fixed_weight_sums_.assign(groups, 0);
+    fixed_zero_sums_.assign(groups, 0);
     for_each_block([&](std::size_t first, std::span<const std::uint8_t> block, std::size_t count) {
       kernels.axpy_records_fixed(format_, weights + first, tokens, 1, fixed_grid_.data(), block.data(), count,
-                                 fixed_sums_.data(), fixed_weight_sums_.data());
+                                 fixed_sums_.data(), fixed_weight_sums_.data(), fixed_zero_sums_.data());
     });
     for (std::size_t c = 0; c < head_dim; ++c) {
       const std::size_t g = c / layout_.group_channels;
       const std::int64_t level_sum =
           fixed_sums_[c] - std::int64_t{rule_.offset} * static_cast<std::int64_t>(fixed_weight_sums_[g]);
-      acc[c] += static_cast<float>(static_cast<double>(level_sum) / fixed_grid_[g]);
+      double sum = static_cast<double>(level_sum) / fixed_grid_[g * per_group];
+      if (per_group == 2) sum += static_cast<double>(fixed_zero_sums_[g]) / fixed_grid_[g * per_group + 1];
+      acc[c] += static_cast<float>(sum);
     }
     return true;
   }
@@ -456,14 +472,16 @@ private:
   std::vector<std::uint32_t> codes_;           // scratch: one block's codes before packing
   std::vector<std::uint8_t> record_;           // scratch: one record before it is stored
   std::vector<float> scale_bounds_;            // per group: the largest scale appended (fixed-point values' grid)
+  std::vector<float> zero_bounds_;             // per group: the largest |zero| appended (the same)
   // Scratch of the const attention calls: a stream is read by one thread at a time.
   mutable std::vector<float> scratch_;             // per head: scaled query, or one block's level sums
   mutable std::vector<float> head_terms_;          // per head: one block's constant term
   mutable std::vector<group_params> block_params_; // one per-channel block's parameters (reference decode)
   mutable std::vector<float> block_scales_, block_zeros_, param_values_; // the same for attention
-  mutable std::vector<float> fixed_grid_;                                // axpy_fixed: per group
+  mutable std::vector<float> fixed_grid_;                                // axpy_fixed: per group and parameter
   mutable std::vector<std::int64_t> fixed_sums_;                         // axpy_fixed: per channel
   mutable std::vector<std::uint64_t> fixed_weight_sums_;                 // axpy_fixed: per group
+  mutable std::vector<std::int64_t> fixed_zero_sums_;                    // axpy_fixed: per group
 };
 
 } // namespace kvlab

@@ -47,11 +47,13 @@ struct record_format {
   std::size_t groups() const noexcept { return head_dim / group_channels; }
 };
 
-// Values of 4-bit symmetric codes (int4: scale * (code - offset), fp16 scales) in groups of
-// whole 32-channel units and up to 256 channels: the records axpy_records_fixed takes.
+// Values of 2- and 4-bit affine codes (scale * (code - offset), plus a zero with two
+// parameters per group: int<b>, uint<b>) with fp16 parameters, in groups of whole
+// 32-channel units and up to 256 channels: the records axpy_records_fixed takes.
 inline bool fixed_point_values(const record_format& f) noexcept {
-  return f.kind == element_kind::affine_codes && f.bits == 4 && f.params_per_group == 1 && !f.params_f32 &&
-         f.group_channels % 32 == 0 && f.head_dim % f.group_channels == 0 && f.head_dim != 0 && f.head_dim <= 256;
+  return f.kind == element_kind::affine_codes && (f.bits == 4 || f.bits == 2) &&
+         (f.params_per_group == 1 || f.params_per_group == 2) && !f.params_f32 && f.group_channels % 32 == 0 &&
+         f.head_dim % f.group_channels == 0 && f.head_dim != 0 && f.head_dim <= 256;
 }
 
 // Codes are bit-packed little-endian: element i occupies bits [i*bits, (i+1)*bits) of the
@@ -106,15 +108,20 @@ struct kernel_table {
   void (*axpy_records)(const record_format& format, const float* weights, std::size_t stride, std::size_t heads,
                        const std::uint8_t* records, std::size_t count, float* acc);
   // Values in 32-bit fixed point (records with fixed_point_values(format); null in tables
-  // without a fast version). For h < heads, t < count and group g of record t, whose scale
-  // is s: F = round_to_even(fl(fl(weights[h * stride + t] * grid[h * groups + g]) * s)),
-  // 2^32 - 1 when that is not below 2^32, and sums[h * head_dim + i] += F * code(i),
-  // weight_sums[h * groups + g] += F. Weights must not be negative or NaN (callers check);
-  // the caller picks each grid, a power of two, so that F stays below 2^32. Integer sums do
-  // not depend on order: no split of a run changes them.
+  // without a fast version). grid[(h * groups + g) * params_per_group + p] is head h's grid
+  // for parameter p (scale, zero) of group g, a power of two. For h < heads, t < count and
+  // group g of record t, with weight w = weights[h * stride + t], scale s and zero z:
+  //   F = round_to_even(fl(fl(w * grid_scale) * s)), 2^32 - 1 when that is not below 2^32:
+  //       sums[h * head_dim + i] += F * code(i), weight_sums[h * groups + g] += F;
+  //   with zeros (params_per_group 2), Z = round_to_even(fl(fl(w * grid_zero) * z)), -2^31
+  //       when its magnitude is not below 2^31: zero_sums[h * groups + g] += Z (zero_sums
+  //       is not used without zeros).
+  // Weights must not be negative or NaN (callers check); the caller picks each grid so that
+  // F stays below 2^32 and |Z| below 2^31. Integer sums do not depend on order: no split of
+  // a run changes them.
   void (*axpy_records_fixed)(const record_format& format, const float* weights, std::size_t stride, std::size_t heads,
                              const float* grid, const std::uint8_t* records, std::size_t count, std::int64_t* sums,
-                             std::uint64_t* weight_sums);
+                             std::uint64_t* weight_sums, std::int64_t* zero_sums);
   // One block of per-channel parameters (per_channel of 1: scales; 2: scale, zero
   // interleaved; fp16 or f32) folded into `heads` queries of n channels:
   // scaled[h * n + c] = queries[h * n + c] * scale(c) and zero_terms[h] = query_h . zeros

@@ -1598,94 +1598,131 @@ struct kernels {
     dot_records(f, queries, heads, records, count, scores, stride);
   }
 
-  // --- Values of 4-bit symmetric codes in fixed point (the avx512_vnni table) ----------
-  // Per group, the sum over tokens of w s (code - offset) is (sum of w s code) - offset
-  // (sum of w s). Each token's w s is rounded once to a 32-bit integer F on the caller's
-  // grid, and both sums become exact integer sums. vpdpbusd multiplies 4 unsigned bytes by
-  // 4 signed bytes and adds the 4 products to a dword: with byte j of 4 tokens' F in every
-  // dword of one vector, and the same 4 tokens' codes of one channel in each dword of
-  // another, one instruction adds 4 tokens' byte-j products for 16 channels. Per 16
-  // channels and 4 tokens that is 4 vpdpbusd (one per byte of F), against 4 multiply-adds
-  // and 4 table lookups in floats. Integer sums are the same in any order, so no split of
-  // a run changes them. One head per pass over the records: for a GQA group the float
-  // kernel, which decodes each record once for every head, is faster.
-  // - F for 64 tokens at a time, 16 per vector: the scales gathered a chunk ahead (their
-  //   latency hidden), and one vpshufb per group and 16 tokens turns them into one dword of
-  //   4 bytes per byte j and 4 tokens, which the loop broadcasts from memory.
-  // - Codes: one vpermt2b over two 32-byte halves of 4 records gathers 16 code bytes of
-  //   each into dwords (the 4 records' bytes in each): per unit of 32 channels, one group,
-  //   its low nibbles and its bytes minus 128 (see pass).
-  // - The 4 byte sums of 4 code vectors stay in registers over the 64 tokens; the int32
-  //   sums go into int64 ones every 2^15 tokens, before they can overflow (at most
-  //   4 * 255 * 128 per dword and 4 tokens).
+  // --- Values of 2- and 4-bit codes in fixed point (the avx512_vnni table) -------------
+  // Per group, the sum over tokens of w (s (code - offset) + z) is (sum of w s code) -
+  // offset (sum of w s) + (sum of w z). Each token's w s is rounded once to a 32-bit
+  // integer F on the caller's grid (w z to a signed Z on another), and every sum becomes
+  // an exact integer sum. vpdpbusd multiplies 4 unsigned bytes by 4 signed bytes and adds
+  // the 4 products to a dword: with byte j of 4 tokens' F in every dword of one vector,
+  // and the same 4 tokens' code bytes of one channel position in each dword of another,
+  // one instruction adds 4 tokens' byte-j products for 16 lanes. Integer sums are the same
+  // in any order, so no split of a run changes them. One head per pass over the records:
+  // for a GQA group the float kernel, which decodes each record once for every head, is
+  // faster.
+  // - F for 64 tokens at a time, 16 per vector: the parameters gathered a chunk ahead
+  //   (their latency hidden), and one vpshufb per group and 16 tokens turns F into one
+  //   dword of 4 bytes per byte j and 4 tokens, which the loop broadcasts from memory.
+  // - A pass covers 64 channels (32 code bytes of 4-bit codes, 16 of 2-bit) of a chunk's
+  //   quads of 4 records: one vpermt2b gathers 16 code bytes of each record into dwords (the
+  //   4 records' bytes in each) per vector, and each vector gives 4 code vectors (see
+  //   pass), each multiplied by the 4 bytes of F: 16 vpdpbusd per quad and pass.
+  // - 4-bit codes: a vector is one unit of 32 channels, one group, whose F dword is
+  //   broadcast. 2-bit codes: a vector holds two units, the first's bytes in even lanes and
+  //   the second's in odd ones, so one broadcast qword carries both units' F.
+  // - The sums stay in registers over the 64 tokens; the int32 sums go into int64 ones every
+  //   2^15 tokens, before they can overflow (at most 4 * 255 * 128 per dword and 4 tokens).
   static constexpr std::size_t fixed_chunk = 64, fixed_flush = std::size_t{1} << 15;
-  static constexpr std::size_t fixed_max_units = 8, fixed_max_groups = 8; // head_dim <= 256
+  static constexpr std::size_t fixed_max_passes = 4, fixed_max_groups = 8; // head_dim <= 256
 
-  // HeadDim and Groups: the shape at compile time (head_dim 128), 0 when known at run time.
-  template <std::size_t HeadDim, std::size_t Groups>
+  // Bits, HeadDim and Groups: the shape at compile time (HeadDim and Groups 0 when known
+  // only at run time).
+  template <unsigned Bits, std::size_t HeadDim, std::size_t Groups>
   __attribute__((target("avx512vnni,avx512vbmi"))) static void
   axpy_fixed_one_head(const record_format& f, const float* weights, const float* grid, const std::uint8_t* records,
-                      std::size_t count, std::int64_t* sums, std::uint64_t* weight_sums) noexcept {
+                      std::size_t count, std::int64_t* sums, std::uint64_t* weight_sums,
+                      std::int64_t* zero_sums) noexcept {
+    static_assert(Bits == 4 || Bits == 2);
     const std::size_t n = HeadDim ? HeadDim : f.head_dim, groups = Groups ? Groups : f.groups();
-    const std::size_t record_bytes = f.record_bytes, code_bytes = n / 2, units = n / 32;
-    const std::size_t units_per_group = units / groups;
+    const std::size_t per_group = f.params_per_group, record_bytes = f.record_bytes, code_bytes = n * Bits / 8;
+    const std::size_t passes = (n + 63) / 64, units = n / 32, units_per_group = units / groups;
     // slices[g][b]: lane l holds, as dword j, byte j of F of group g for the 4 tokens of
-    // quad 4 b + l of the chunk.
+    // quad 4 b + l of the chunk. 2-bit codes: pairs[p][b] holds, per quad l and byte j, the
+    // dwords of pass p's two units side by side (32 l + 8 j).
     alignas(64) std::uint8_t slices[fixed_max_groups][fixed_chunk / 16][64];
-    alignas(64) std::int32_t partial[fixed_max_units][2][4][16];       // unit, nibble, byte j of F
+    alignas(64) std::uint8_t pairs[Bits == 2 ? fixed_max_passes : 1][fixed_chunk / 16][128];
+    alignas(64) std::int32_t partial[fixed_max_passes][4][4][16];      // pass, code vector, byte j of F
     alignas(64) std::uint64_t weight_lanes[fixed_max_groups][16] = {}; // sums of F per group, 16 lanes
+    alignas(64) std::int64_t zero_lanes[fixed_max_groups][16] = {};    // sums of Z per group
     alignas(64) std::uint8_t control[64], interleave[2][64];
     for (std::size_t k = 0; k < 64; ++k) control[k] = static_cast<std::uint8_t>(k / 16 * 16 + k % 4 * 4 + k % 16 / 4);
-    // Byte 4 m + k of unit half h: record k's byte 16 h + m, from A = (r0 | r1), B = (r2 | r3).
-    for (std::size_t h = 0; h < 2; ++h)
+    // Dword m, byte k of vector v: record k's byte b of the pass's 32, from A = (r0 | r1),
+    // B = (r2 | r3); b = 16 v + m (4-bit), or m / 2 and 8 + m / 2 in even and odd lanes
+    // (2-bit, whose pass is the first 16 bytes).
+    for (std::size_t v = 0; v < 2; ++v)
       for (std::size_t m = 0; m < 16; ++m)
-        for (std::size_t k = 0; k < 4; ++k)
-          interleave[h][4 * m + k] = static_cast<std::uint8_t>(k / 2 * 64 + k % 2 * 32 + 16 * h + m);
-    const __m512i by_byte = _mm512_load_si512(control), low_nibbles = _mm512_set1_epi8(0x0F);
-    const __m512i first_unit = _mm512_load_si512(interleave[0]), second_unit = _mm512_load_si512(interleave[1]);
+        for (std::size_t k = 0; k < 4; ++k) {
+          const std::size_t b = Bits == 4 ? 16 * v + m : m / 2 + 8 * (m % 2);
+          interleave[v][4 * m + k] = static_cast<std::uint8_t>(k / 2 * 64 + k % 2 * 32 + b);
+        }
+    const __m512i by_byte = _mm512_load_si512(control);
+    const __m512i first_vector = _mm512_load_si512(interleave[0]), second_vector = _mm512_load_si512(interleave[1]);
     const __m512i record_offsets = lane_offsets(record_bytes);
 
-    // The fp16 scales of a chunk's batches of 16 records, two per gathered dword, masked
-    // past the end.
-    const std::size_t pairs = (groups + 1) / 2;
-    __m512i gathered[fixed_chunk / 16][fixed_max_groups / 2];
+    // The fp16 parameters of a chunk's batches of 16 records, two per gathered dword, masked
+    // past the end. Parameter k is group k / per_group's number k % per_group.
+    const std::size_t params = groups * per_group, param_dwords = (params + 1) / 2;
+    __m512i gathered[fixed_chunk / 16][fixed_max_groups];
     const auto gather_chunk = [&](std::size_t first) __attribute__((always_inline)) {
       const std::size_t size = std::min(fixed_chunk, count - first);
       for (std::size_t b = 0; 16 * b < size; ++b) {
         const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
         const std::uint8_t* batch = records + (first + 16 * b) * record_bytes + code_bytes;
-        for (std::size_t pair = 0; pair < pairs; ++pair) {
-          // an odd last group: the dword that ends with its scale (not past the record; with
+        for (std::size_t d = 0; d < param_dwords; ++d) {
+          // an odd last parameter: the dword that ends with it (not past the record; with
           // one group, the last code bytes and the scale)
-          const std::uint8_t* at = batch + 4 * pair;
-          if (2 * pair + 1 == groups) at -= 2;
-          gathered[b][pair] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, at, 1);
+          const std::uint8_t* at = batch + 4 * d;
+          if (2 * d + 1 == params) at -= 2;
+          gathered[b][d] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, at, 1);
         }
       }
     };
-    // F of batch b's 16 tokens into slices.
+    const auto parameter = [&](std::size_t b, std::size_t k) __attribute__((always_inline)) {
+      const bool high = k % 2 == 1 || (params % 2 == 1 && k + 1 == params); // see gather_chunk
+      const __m512i dword = gathered[b][k / 2];
+      return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(dword, 16) : dword));
+    };
+    // F (and Z) of batch b's 16 tokens into slices (and pairs).
     const auto fix_batch = [&](std::size_t first, std::size_t size, std::size_t b) __attribute__((always_inline)) {
       const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
       const __m512 w = _mm512_maskz_loadu_ps(valid, weights + first + 16 * b);
+      const auto add_lanes = [](auto* lanes, __m512i widened_low, __m512i widened_high) {
+        _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_load_si512(lanes), widened_low));
+        _mm512_store_si512(lanes + 8, _mm512_add_epi64(_mm512_load_si512(lanes + 8), widened_high));
+      };
       for (std::size_t g = 0; g < groups; ++g) {
-        const bool high = g % 2 == 1 || (groups % 2 == 1 && g + 1 == groups); // see gather_chunk
-        const __m512i pair = gathered[b][g / 2];
-        const __m512 scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(pair, 16) : pair));
-        const __m512 x = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grid[g])), scale);
+        const float* grids = grid + g * per_group;
+        const __m512 x = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[0])), parameter(b, g * per_group));
         const __m512i fixed = _mm512_cvt_roundps_epu32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        std::uint64_t* lanes = weight_lanes[g];
-        _mm512_store_si512(
-            lanes, _mm512_add_epi64(_mm512_load_si512(lanes), _mm512_cvtepu32_epi64(_mm512_castsi512_si256(fixed))));
-        _mm512_store_si512(lanes + 8, _mm512_add_epi64(_mm512_load_si512(lanes + 8),
-                                                       _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(fixed, 1))));
+        add_lanes(weight_lanes[g], _mm512_cvtepu32_epi64(_mm512_castsi512_si256(fixed)),
+                  _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(fixed, 1)));
         _mm512_store_si512(slices[g][b], _mm512_shuffle_epi8(fixed, by_byte));
+        if (per_group == 2) {
+          const __m512 z = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[1])), parameter(b, g * per_group + 1));
+          const __m512i zero = _mm512_cvt_roundps_epi32(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          add_lanes(zero_lanes[g], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(zero)),
+                    _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(zero, 1)));
+        }
       }
+      if constexpr (Bits == 2)
+        for (std::size_t p = 0; p < passes; ++p) {
+          const std::size_t unit = 2 * p, second = std::min(unit + 1, units - 1);
+          const __m512i a = _mm512_load_si512(slices[unit / units_per_group][b]);
+          const __m512i c = _mm512_load_si512(slices[second / units_per_group][b]);
+          const __m512i low = _mm512_unpacklo_epi32(a, c), high = _mm512_unpackhi_epi32(a, c);
+          _mm512_store_si512(pairs[p][b],
+                             _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), high));
+          _mm512_store_si512(pairs[p][b] + 64,
+                             _mm512_permutex2var_epi64(low, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), high));
+        }
     };
-    // Units 2 p and 2 p + 1 (code bytes [32 p, 32 p + 32)) over a chunk's quads (all 16
-    // when Full, with no check for records past the end). Per unit two code vectors: the
-    // low nibbles, and the whole bytes minus 128 (x ^ 0x80 read as signed), which give the
-    // high nibbles' sum as (sum(F (x - 128)) - sum(F low) + 128 sum(F)) / 16: one operation
-    // instead of a shift and a mask.
+    // Pass p over a chunk's quads (all 16 when Full, with no check for records past the
+    // end). The code vectors of a vector of code bytes x:
+    // - 4-bit: x & 0x0F, and x ^ 0x80 read as signed (x - 128), which give the high
+    //   nibbles' sum as (sum(F (x - 128)) - sum(F low) + 128 sum(F)) / 16;
+    // - 2-bit: x & 0x03, x & 0x0C, x & 0x30 (the codes times 1, 4, 16) and x ^ 0x80, which
+    //   give the top codes' sum the same way, over 64.
+    // One instruction per code vector instead of a shift and a mask. A pass of a last odd
+    // unit has the second unit's bytes masked to zero, its sums never read.
     struct chunk_run {
       const std::uint8_t* records;
       std::size_t size;
@@ -1694,49 +1731,65 @@ struct kernels {
     const auto pass = [&]<bool Full>(const chunk_run& chunk,
                                      std::size_t p) __attribute__((always_inline, target("avx512vnni,avx512vbmi"))) {
       const std::size_t chunk_quads = Full ? fixed_chunk / 4 : (chunk.size + 3) / 4;
-      const std::size_t bytes = std::min<std::size_t>(32, code_bytes - 32 * p);
+      constexpr std::size_t pass_bytes = 8 * Bits; // 64 channels
+      const std::size_t bytes = std::min<std::size_t>(pass_bytes, code_bytes - pass_bytes * p);
+      // 2-bit codes load 32 bytes of which the pass uses 16: the rest masked off too
       const __mmask32 byte_mask = bytes == 32 ? ~__mmask32{0} : (__mmask32{1} << bytes) - 1;
-      // An odd last unit has the pass alone: the second unit's bytes are masked to zero and
-      // its sums land in partial[units], which is never read.
       const std::size_t unit = 2 * p, second = std::min(unit + 1, units - 1);
       const std::uint8_t* first_slices = slices[unit / units_per_group][0];
       const std::uint8_t* second_slices = slices[second / units_per_group][0];
       const __m512i high_bits = _mm512_set1_epi8(static_cast<char>(0x80));
-      __m512i acc[4][4]; // [unit, low nibbles or bytes][byte j of F]
+      __m512i acc[4][4]; // [code vector][byte j of F]
       for (std::size_t v = 0; v < 4; ++v)
-        for (std::size_t j = 0; j < 4; ++j) acc[v][j] = _mm512_load_si512(partial[unit + v / 2][v % 2][j]);
+        for (std::size_t j = 0; j < 4; ++j) acc[v][j] = _mm512_load_si512(partial[p][v][j]);
       for (std::size_t q = 0; q < chunk_quads; ++q) {
         if (p == 0) prefetch_part(chunk.ahead, q, chunk_quads);
-        const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + 32 * p;
+        const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + pass_bytes * p;
         const auto half = [&](std::size_t k) __attribute__((always_inline)) {
           if (Full || 4 * q + k < chunk.size) return _mm256_maskz_loadu_epi8(byte_mask, quad + k * record_bytes);
           return _mm256_setzero_si256();
         };
         const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(half(0)), half(1), 1);
         const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(half(2)), half(3), 1);
-        const __m512i units_bytes[2] = {_mm512_permutex2var_epi8(a, first_unit, b),
-                                        _mm512_permutex2var_epi8(a, second_unit, b)};
-        const __m512i codes[4] = {
-            _mm512_and_si512(units_bytes[0], low_nibbles), _mm512_xor_si512(units_bytes[0], high_bits),
-            _mm512_and_si512(units_bytes[1], low_nibbles), _mm512_xor_si512(units_bytes[1], high_bits)};
-        for (std::size_t j = 0; j < 4; ++j) {
-          std::int32_t first_bytes, second_bytes; // quad q's dword j: slices[g][q / 4], lane q % 4
-          std::memcpy(&first_bytes, first_slices + 16 * q + 4 * j, 4);
-          std::memcpy(&second_bytes, second_slices + 16 * q + 4 * j, 4);
-          const __m512i first_j = _mm512_set1_epi32(first_bytes), second_j = _mm512_set1_epi32(second_bytes);
-          acc[0][j] = _mm512_dpbusd_epi32(acc[0][j], first_j, codes[0]);
-          acc[1][j] = _mm512_dpbusd_epi32(acc[1][j], first_j, codes[1]);
-          acc[2][j] = _mm512_dpbusd_epi32(acc[2][j], second_j, codes[2]);
-          acc[3][j] = _mm512_dpbusd_epi32(acc[3][j], second_j, codes[3]);
+        __m512i codes[4];
+        if constexpr (Bits == 4) {
+          const __m512i first = _mm512_permutex2var_epi8(a, first_vector, b);
+          const __m512i second = _mm512_permutex2var_epi8(a, second_vector, b);
+          const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+          codes[0] = _mm512_and_si512(first, low_nibbles);
+          codes[1] = _mm512_xor_si512(first, high_bits);
+          codes[2] = _mm512_and_si512(second, low_nibbles);
+          codes[3] = _mm512_xor_si512(second, high_bits);
+          for (std::size_t j = 0; j < 4; ++j) {
+            std::int32_t first_bytes, second_bytes; // quad q's dword j: slices[g][q / 4], lane q % 4
+            std::memcpy(&first_bytes, first_slices + 16 * q + 4 * j, 4);
+            std::memcpy(&second_bytes, second_slices + 16 * q + 4 * j, 4);
+            const __m512i first_j = _mm512_set1_epi32(first_bytes), second_j = _mm512_set1_epi32(second_bytes);
+            acc[0][j] = _mm512_dpbusd_epi32(acc[0][j], first_j, codes[0]);
+            acc[1][j] = _mm512_dpbusd_epi32(acc[1][j], first_j, codes[1]);
+            acc[2][j] = _mm512_dpbusd_epi32(acc[2][j], second_j, codes[2]);
+            acc[3][j] = _mm512_dpbusd_epi32(acc[3][j], second_j, codes[3]);
+          }
+        } else {
+          const __m512i x = _mm512_permutex2var_epi8(a, first_vector, b);
+          codes[0] = _mm512_and_si512(x, _mm512_set1_epi8(0x03));
+          codes[1] = _mm512_and_si512(x, _mm512_set1_epi8(0x0C));
+          codes[2] = _mm512_and_si512(x, _mm512_set1_epi8(0x30));
+          codes[3] = _mm512_xor_si512(x, high_bits);
+          for (std::size_t j = 0; j < 4; ++j) {
+            std::int64_t both; // quad q's dword j of the two units: pairs[p][q / 4], 32 (q % 4) + 8 j
+            std::memcpy(&both, pairs[p][0] + 32 * q + 8 * j, 8);
+            const __m512i f_j = _mm512_set1_epi64(both);
+            for (std::size_t v = 0; v < 4; ++v) acc[v][j] = _mm512_dpbusd_epi32(acc[v][j], f_j, codes[v]);
+          }
         }
       }
       for (std::size_t v = 0; v < 4; ++v)
-        for (std::size_t j = 0; j < 4; ++j) _mm512_store_si512(partial[unit + v / 2][v % 2][j], acc[v][j]);
+        for (std::size_t j = 0; j < 4; ++j) _mm512_store_si512(partial[p][v][j], acc[v][j]);
     };
 
-    // totals[kind][16 unit + m]: the call's sum of F times low nibbles (kind 0) or times
-    // bytes minus 128 (kind 1) of code byte 16 unit + m.
-    alignas(64) std::int64_t totals[2][fixed_max_units * 16] = {};
+    // totals[p][v][lane]: the call's sum of F times code vector v of pass p, per lane.
+    alignas(64) std::int64_t totals[fixed_max_passes][4][16] = {};
     if (count > 0) gather_chunk(0);
     for (std::size_t begin = 0; begin < count; begin += fixed_flush) {
       const std::size_t end = std::min(count, begin + fixed_flush);
@@ -1747,7 +1800,7 @@ struct kernels {
         const chunk_run chunk{chunk_records, size, lines_ahead(chunk_records, size * record_bytes)};
         for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
         if (first + fixed_chunk < count) gather_chunk(first + fixed_chunk);
-        for (std::size_t p = 0; 32 * p < code_bytes; ++p) {
+        for (std::size_t p = 0; p < passes; ++p) {
           if (size == fixed_chunk)
             pass.template operator()<true>(chunk, p);
           else
@@ -1755,14 +1808,13 @@ struct kernels {
         }
       }
       // totals += sum over j of partial << 8 j, 8 lanes at a time
-      for (std::size_t unit = 0; unit < units; ++unit)
-        for (std::size_t kind = 0; kind < 2; ++kind)
+      for (std::size_t p = 0; p < passes; ++p)
+        for (std::size_t v = 0; v < 4; ++v)
           for (std::size_t half = 0; half < 2; ++half) {
-            std::int64_t* out = totals[kind] + 16 * unit + 8 * half;
+            std::int64_t* out = totals[p][v] + 8 * half;
             __m512i total = _mm512_load_si512(out);
             for (std::size_t j = 0; j < 4; ++j) {
-              const __m256i lanes =
-                  _mm256_load_si256(reinterpret_cast<const __m256i*>(partial[unit][kind][j] + 8 * half));
+              const __m256i lanes = _mm256_load_si256(reinterpret_cast<const __m256i*>(partial[p][v][j] + 8 * half));
               total = _mm512_add_epi64(total, _mm512_slli_epi64(_mm512_cvtepi32_epi64(lanes), 8 * j));
             }
             _mm512_store_si512(out, total);
@@ -1772,39 +1824,63 @@ struct kernels {
     for (std::size_t g = 0; g < groups; ++g) {
       call_weight_sums[g] = std::accumulate(weight_lanes[g], weight_lanes[g] + 16, std::uint64_t{0});
       weight_sums[g] += call_weight_sums[g];
+      if (per_group == 2) zero_sums[g] += std::accumulate(zero_lanes[g], zero_lanes[g] + 16, std::int64_t{0});
     }
-    for (std::size_t unit = 0; unit < units; ++unit) {
-      const auto weight_sum = static_cast<std::int64_t>(call_weight_sums[unit / units_per_group]);
-      for (std::size_t m = 0; m < 16; ++m) {
-        const std::int64_t low = totals[0][16 * unit + m], bytes = totals[1][16 * unit + m];
-        sums[2 * (16 * unit + m)] += low;
-        sums[2 * (16 * unit + m) + 1] += (bytes - low + 128 * weight_sum) / 16;
+    const std::size_t group_bytes = f.group_channels * Bits / 8;
+    for (std::size_t p = 0; p < passes; ++p)
+      for (std::size_t lane = 0; lane < 16; ++lane) {
+        if constexpr (Bits == 4) {
+          for (std::size_t vector = 0; vector < 2; ++vector) {
+            const std::size_t byte = 32 * p + 16 * vector + lane;
+            if (byte >= code_bytes) continue;
+            const auto weight_sum = static_cast<std::int64_t>(call_weight_sums[byte / group_bytes]);
+            const std::int64_t low = totals[p][2 * vector][lane], bytes = totals[p][2 * vector + 1][lane];
+            sums[2 * byte] += low;
+            sums[2 * byte + 1] += (bytes - low + 128 * weight_sum) / 16;
+          }
+        } else {
+          const std::size_t byte = 16 * p + lane / 2 + 8 * (lane % 2);
+          if (byte >= code_bytes) continue;
+          const auto weight_sum = static_cast<std::int64_t>(call_weight_sums[byte / group_bytes]);
+          const std::int64_t c0 = totals[p][0][lane], c1 = totals[p][1][lane], c2 = totals[p][2][lane];
+          const std::int64_t bytes = totals[p][3][lane];
+          sums[4 * byte] += c0;
+          sums[4 * byte + 1] += c1 / 4;
+          sums[4 * byte + 2] += c2 / 16;
+          sums[4 * byte + 3] += (bytes + 128 * weight_sum - c0 - c1 - c2) / 64;
+        }
       }
-    }
   }
 
   static void axpy_records_fixed(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
                                  const float* grid, const std::uint8_t* records, std::size_t count, std::int64_t* sums,
-                                 std::uint64_t* weight_sums) noexcept {
+                                 std::uint64_t* weight_sums, std::int64_t* zero_sums) noexcept {
     if constexpr (is_avx512) {
       if (fixed_point_values(f)) {
-        const std::size_t n = f.head_dim, groups = f.groups();
+        const std::size_t n = f.head_dim, groups = f.groups(), per_group = f.params_per_group;
         for (std::size_t h = 0; h < heads; ++h) {
-          const auto run = [&]<std::size_t HeadDim, std::size_t Groups>() {
-            axpy_fixed_one_head<HeadDim, Groups>(f, weights + h * stride, grid + h * groups, records, count,
-                                                 sums + h * n, weight_sums + h * groups);
+          const auto run = [&]<unsigned Bits, std::size_t HeadDim, std::size_t Groups>() {
+            axpy_fixed_one_head<Bits, HeadDim, Groups>(f, weights + h * stride, grid + h * groups * per_group, records,
+                                                       count, sums + h * n, weight_sums + h * groups,
+                                                       zero_sums ? zero_sums + h * groups : nullptr);
           };
-          if (n == 128 && groups == 4)
-            run.template operator()<128, 4>();
-          else if (n == 128 && groups == 1)
-            run.template operator()<128, 1>();
+          const auto shapes = [&]<unsigned Bits>() {
+            if (n == 128 && groups == 4)
+              run.template operator()<Bits, 128, 4>();
+            else if (n == 128 && groups == 1)
+              run.template operator()<Bits, 128, 1>();
+            else
+              run.template operator()<Bits, 0, 0>();
+          };
+          if (f.bits == 4)
+            shapes.template operator()<4>();
           else
-            run.template operator()<0, 0>();
+            shapes.template operator()<2>();
         }
         return;
       }
     }
-    scalar::axpy_records_fixed(f, weights, stride, heads, grid, records, count, sums, weight_sums);
+    scalar::axpy_records_fixed(f, weights, stride, heads, grid, records, count, sums, weight_sums, zero_sums);
   }
 
   // Calls use.template operator()<Dwords, GroupDwords>() for a token-lane record format, with
