@@ -3,10 +3,12 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <string>
 #include <utility>
@@ -769,6 +771,52 @@ BOOST_AUTO_TEST_CASE(fixed_point_values_keep_fp32_accuracy) {
             BOOST_TEST((std::isnan(bad) ? std::isnan(bad_out[c]) : bad_out[c] == bad_floats[c]));
         }
       }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp16_rows_convert_as_the_scalar_reference_on_every_isa) {
+  // The cache's fp16 tiers go through these: every ISA must give the reference's bits.
+  // Floats: random bit patterns (every class: subnormals, infinities, NaNs), values
+  // halfway between two halves (ties to even), the overflow threshold 65520 and the
+  // smallest subnormal's half; NaNs in the middle of a vector. Halves: all 65,536 (a NaN
+  // stays a NaN; signaling ones may come back quieted).
+  random_bytes random;
+  std::vector<float> floats(4099);
+  for (std::size_t i = 0; i < floats.size(); ++i) {
+    const auto bytes = random(4);
+    std::uint32_t bits;
+    std::memcpy(&bits, bytes.data(), 4);
+    if (i % 3 == 1) bits = (bits & 0x8000'0000u) | (0x3880'0000u + (bits & 0x07ff'e000u)) | 0x1000u; // a tie
+    floats[i] = std::bit_cast<float>(bits);
+  }
+  for (const float special : {65520.0f, 65519.99f, -65520.0f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, -0.0f, INFINITY})
+    floats.push_back(special);
+  floats[20] = NAN;
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  std::vector<std::uint16_t> expected(floats.size());
+  scalar.floats_to_f16(floats.data(), floats.size(), expected.data());
+  std::vector<std::uint16_t> halves(65536);
+  std::iota(halves.begin(), halves.end(), std::uint16_t{0});
+  std::vector<float> expected_floats(halves.size());
+  scalar.f16_to_floats(halves.data(), halves.size(), expected_floats.data());
+  for (const auto isa : simd_isas()) {
+    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)) {
+      const auto& kernels = kvlab::kernels_for(isa);
+      for (const std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{16}, std::size_t{37}, floats.size()}) {
+        std::vector<std::uint16_t> out(n + 1, 0xABCD);
+        kernels.floats_to_f16(floats.data(), n, out.data());
+        BOOST_TEST(std::vector(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n)) ==
+                       std::vector(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(n)),
+                   boost::test_tools::per_element());
+        BOOST_TEST(out[n] == 0xABCD); // nothing written past n
+      }
+      std::vector<float> out(halves.size());
+      kernels.f16_to_floats(halves.data(), halves.size(), out.data());
+      for (std::size_t i = 0; i < halves.size(); ++i)
+        BOOST_TEST((std::isnan(expected_floats[i])
+                        ? std::isnan(out[i])
+                        : std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(expected_floats[i])));
     }
   }
 }

@@ -104,12 +104,12 @@ public:
       throw error("append: token has " + std::to_string(token.size()) + " channels, stream has head_dim " +
                   std::to_string(head_dim_));
     positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens()), seen_++);
-    if (seen_ <= tiers_.sinks) return push_half(sinks_, token);
+    if (seen_ <= tiers_.sinks) return push_half(sinks_, token, kernels);
     if (tiers_.residual == 0 && body_.block_tokens() == 1) return append_body(token, kernels);
-    push_half(window_, token);
+    push_half(window_, token, kernels);
     const std::size_t block = body_.block_tokens();
     while (window_tokens() >= tiers_.residual + block) {
-      for (std::size_t i = 0; i < block * head_dim_; ++i) block_[i] = half_bits_to_float(window_[i]);
+      kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
       append_body(block_, kernels);
       window_.drop_front(block * head_dim_);
     }
@@ -249,8 +249,10 @@ private:
     rows.resize(kept * head_dim_);
     rows.shrink_to_fit();
   }
-  static void push_half(half_rows& rows, std::span<const float> token) {
-    for (const float x : token) rows.values.push_back(float_to_half_bits(x));
+  static void push_half(half_rows& rows, std::span<const float> token, const kernel_table& kernels) {
+    const std::size_t end = rows.values.size();
+    rows.values.resize(end + token.size());
+    kernels.floats_to_f16(token.data(), token.size(), rows.values.data() + end);
   }
   void read_half(const half_rows& rows, std::size_t token, std::span<float> out) const {
     for (std::size_t c = 0; c < head_dim_; ++c) out[c] = half_bits_to_float(rows[token * head_dim_ + c]);

@@ -135,6 +135,11 @@ struct kernel_table {
   void (*axpy_f16)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
   float (*dot_bf16)(const float* query, const std::uint8_t* row, std::size_t n);
   void (*axpy_bf16)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);
+  // Rows of IEEE fp16 bits (fp16 tiers of the cache): out[i] = float_to_half_bits(x[i]) (to
+  // nearest even, every NaN sign | 0x7e00) and out[i] = half_bits_to_float(h[i]) (exact;
+  // a NaN stays a NaN) for i < n.
+  void (*floats_to_f16)(const float* x, std::size_t n, std::uint16_t* out);
+  void (*f16_to_floats)(const std::uint16_t* h, std::size_t n, float* out);
   // Softmax in place over scores[0, n), n >= 1: scores[i] = exp(scores[i] - max) / sum.
   // Returns the log-sum-exp, max + log(sum).
   float (*softmax)(float* scores, std::size_t n);

@@ -27,6 +27,8 @@ const kernel_table& scalar_kernels() noexcept {
       .axpy_f16 = scalar::axpy_f16,
       .dot_bf16 = scalar::dot_bf16,
       .axpy_bf16 = scalar::axpy_bf16,
+      .floats_to_f16 = scalar::floats_to_f16,
+      .f16_to_floats = scalar::f16_to_floats,
       .softmax = scalar::softmax};
   return table;
 }

@@ -284,6 +284,13 @@ inline void axpy_records(const record_format& f, const float* weights, std::size
     }
 }
 
+inline void floats_to_f16(const float* x, std::size_t n, std::uint16_t* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_half_bits(x[i]);
+}
+inline void f16_to_floats(const std::uint16_t* h, std::size_t n, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(h[i]);
+}
+
 // One token's weight times one group scale on a fixed-point grid (axpy_records_fixed).
 inline std::uint32_t fixed_weight(float weight, float grid, float scale) noexcept {
   const float x = weight * grid * scale;

@@ -2042,6 +2042,31 @@ struct kernels {
     }
   }
 
+  // The vector conversion rounds to nearest even as float_to_half_bits does; only NaN
+  // payloads differ (the reference makes every NaN sign | 0x7e00), so a vector holding a
+  // NaN is converted element by element.
+  static void floats_to_f16(const float* x, std::size_t n, std::uint16_t* out) noexcept {
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) {
+      const floats v = floats::load_unaligned(x + i);
+      if (xsimd::any(xsimd::isnan(v))) {
+        scalar::floats_to_f16(x + i, width, out + i);
+      } else if constexpr (is_avx512) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                            _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+    }
+    scalar::floats_to_f16(x + i, n - i, out + i);
+  }
+  static void f16_to_floats(const std::uint16_t* h, std::size_t n, float* out) noexcept {
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) load_f16(reinterpret_cast<const std::uint8_t*>(h + i)).store_unaligned(out + i);
+    scalar::f16_to_floats(h + i, n - i, out + i);
+  }
+
   // The exponentials are xsimd's vector exp (within 1-2 ulp of std::exp), summed in double
   // like the scalar reference; the elements the vectors do not cover are padded with -inf
   // (exp = 0) so every element takes the same path.
@@ -2104,6 +2129,8 @@ struct kernels {
             .axpy_f16 = &axpy_row<&load_f16, 2, &scalar::load_f16>,
             .dot_bf16 = &dot_row<&load_bf16, 2, &scalar::load_bf16>,
             .axpy_bf16 = &axpy_row<&load_bf16, 2, &scalar::load_bf16>,
+            .floats_to_f16 = &floats_to_f16,
+            .f16_to_floats = &f16_to_floats,
             .softmax = &softmax};
   }
 };
