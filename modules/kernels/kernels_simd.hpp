@@ -1736,8 +1736,7 @@ struct kernels {
       // 2-bit codes load 32 bytes of which the pass uses 16: the rest masked off too
       const __mmask32 byte_mask = bytes == 32 ? ~__mmask32{0} : (__mmask32{1} << bytes) - 1;
       const std::size_t unit = 2 * p, second = std::min(unit + 1, units - 1);
-      const std::uint8_t* first_slices = slices[unit / units_per_group][0];
-      const std::uint8_t* second_slices = slices[second / units_per_group][0];
+      const std::size_t first_group = unit / units_per_group, second_group = second / units_per_group;
       const __m512i high_bits = _mm512_set1_epi8(static_cast<char>(0x80));
       __m512i acc[4][4]; // [code vector][byte j of F]
       for (std::size_t v = 0; v < 4; ++v)
@@ -1762,8 +1761,8 @@ struct kernels {
           codes[3] = _mm512_xor_si512(second, high_bits);
           for (std::size_t j = 0; j < 4; ++j) {
             std::int32_t first_bytes, second_bytes; // quad q's dword j: slices[g][q / 4], lane q % 4
-            std::memcpy(&first_bytes, first_slices + 16 * q + 4 * j, 4);
-            std::memcpy(&second_bytes, second_slices + 16 * q + 4 * j, 4);
+            std::memcpy(&first_bytes, slices[first_group][q / 4] + 16 * (q % 4) + 4 * j, 4);
+            std::memcpy(&second_bytes, slices[second_group][q / 4] + 16 * (q % 4) + 4 * j, 4);
             const __m512i first_j = _mm512_set1_epi32(first_bytes), second_j = _mm512_set1_epi32(second_bytes);
             acc[0][j] = _mm512_dpbusd_epi32(acc[0][j], first_j, codes[0]);
             acc[1][j] = _mm512_dpbusd_epi32(acc[1][j], first_j, codes[1]);
@@ -1777,8 +1776,8 @@ struct kernels {
           codes[2] = _mm512_and_si512(x, _mm512_set1_epi8(0x30));
           codes[3] = _mm512_xor_si512(x, high_bits);
           for (std::size_t j = 0; j < 4; ++j) {
-            std::int64_t both; // quad q's dword j of the two units: pairs[p][q / 4], 32 (q % 4) + 8 j
-            std::memcpy(&both, pairs[p][0] + 32 * q + 8 * j, 8);
+            std::int64_t both; // quad q's dword j of the two units
+            std::memcpy(&both, pairs[p][q / 4] + 32 * (q % 4) + 8 * j, 8);
             const __m512i f_j = _mm512_set1_epi64(both);
             for (std::size_t v = 0; v < 4; ++v) acc[v][j] = _mm512_dpbusd_epi32(acc[v][j], f_j, codes[v]);
           }
