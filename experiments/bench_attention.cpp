@@ -212,7 +212,8 @@ public:
     const auto read = rates_.find("memory_read/threads:1");
     if (read == rates_.end()) return;
     // A recipe that reads at the two-thread read's rate cannot gain more from a second
-    // thread than the read itself does (1.3-1.4x on AMD Zen 5, about 1.9x on Sapphire Rapids).
+    // thread than the read itself does: about 1.85-1.9x here, 1.3-1.4x while another
+    // tenant loaded the memory.
     const auto read_2 = rates_.find("memory_read/threads:2");
     if (read_2 != rates_.end())
       std::printf("streaming read: %7.2f GB/s with 1 thread, %7.2f GB/s with 2 (%4.2fx): the bound on 2 threads' "
