@@ -56,6 +56,17 @@ inline bool fixed_point_values(const record_format& f) noexcept {
          f.head_dim % f.group_channels == 0 && f.head_dim != 0 && f.head_dim <= 256;
 }
 
+// One run of rows of a per-channel block (KIVI's keys): the block's parameters (as
+// fold_channel_params takes them), `count` rows of codes without parameters from `rows`,
+// and where their scores go (scores[h * stride + first + t]). A block whose rows lie in two
+// runs of storage is two of these, with the same parameters.
+struct channel_block {
+  const std::uint8_t* params;
+  const std::uint8_t* rows;
+  std::size_t first;
+  std::size_t count;
+};
+
 // Codes are bit-packed little-endian: element i occupies bits [i*bits, (i+1)*bits) of the
 // byte stream, least significant bit first. `levels` maps a code to its unscaled value
 // (2^bits entries). `first` is the index of the first element used, so a group inside a
@@ -128,6 +139,14 @@ struct kernel_table {
   // (0 without zeros), so each row of the block is a plain dot with its codes.
   void (*fold_channel_params)(const std::uint8_t* params, std::size_t n, unsigned per_channel, bool params_f32,
                               const float* queries, std::size_t heads, float* scaled, float* zero_terms);
+  // Every block of a per-channel stream in one call, rows in `format` (no parameters of
+  // their own): per block, fold_channel_params, dot_records over its rows with the folded
+  // queries, and each head's zero term added to its scores; bit for bit what those calls
+  // give block by block. One call per stream instead of one per 32-token block saves the
+  // kernels' setup per block (KIVI-2's keys: 4.0 to 2.9 ns per token in L2).
+  void (*dot_channel_blocks)(const record_format& format, const channel_block* blocks, std::size_t count,
+                             unsigned per_channel, bool params_f32, const float* queries, std::size_t heads,
+                             float* scores, std::size_t stride);
   // Raw float rows, possibly unaligned: f32, IEEE f16 and bf16 bit patterns.
   float (*dot_f32)(const float* query, const std::uint8_t* row, std::size_t n);
   void (*axpy_f32)(float alpha, const std::uint8_t* row, std::size_t n, float* acc);

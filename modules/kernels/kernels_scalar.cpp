@@ -21,6 +21,7 @@ const kernel_table& scalar_kernels() noexcept {
       .axpy_records = scalar::axpy_records,
       .axpy_records_fixed = scalar::axpy_records_fixed,
       .fold_channel_params = scalar::fold_channel_params,
+      .dot_channel_blocks = scalar::dot_channel_blocks,
       .dot_f32 = scalar::dot_f32,
       .axpy_f32 = scalar::axpy_f32,
       .dot_f16 = scalar::dot_f16,

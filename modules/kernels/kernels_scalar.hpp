@@ -9,8 +9,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace kvlab::kernels::scalar {
+// Internal linkage: every kernel TU keeps its own copies. The ISA TUs are built with -mfma,
+// where a + b * c contracts to one fused multiply-add; with shared (inline) definitions the
+// linker kept one TU's copy for all, so the scalar reference's arithmetic depended on link
+// order (its fold_channel_params was the AVX-512 TU's, fused).
+namespace {
 
 inline unsigned code_at(const std::uint8_t* packed, std::size_t index, unsigned bits) noexcept {
   const std::size_t bit = index * bits;
@@ -274,6 +280,31 @@ inline void dot_records(const record_format& f, const float* queries, std::size_
     }
 }
 
+// scores[h * stride + t] += zero_terms[h] for h < heads, t < count: a per-channel block's
+// q . z, after its rows' dots.
+inline void add_zero_terms(const float* zero_terms, std::size_t heads, std::size_t count, float* scores,
+                           std::size_t stride) noexcept {
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < count; ++t) scores[h * stride + t] += zero_terms[h];
+}
+
+// Per-channel blocks one head at a time (each head's fold and dots are its own).
+inline void dot_channel_blocks(const record_format& f, const channel_block* blocks, std::size_t count,
+                               unsigned per_channel, bool params_f32, const float* queries, std::size_t heads,
+                               float* scores, std::size_t stride) noexcept {
+  std::vector<float> scaled(f.head_dim);
+  float zero_term;
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t b = 0; b < count; ++b) {
+      const channel_block& block = blocks[b];
+      fold_channel_params(block.params, f.head_dim, per_channel, params_f32, queries + h * f.head_dim, 1, scaled.data(),
+                          &zero_term);
+      float* block_scores = scores + h * stride + block.first;
+      dot_records(f, scaled.data(), 1, block.rows, block.count, block_scores, stride);
+      add_zero_terms(&zero_term, 1, block.count, block_scores, stride);
+    }
+}
+
 inline void axpy_records(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
                          const std::uint8_t* records, std::size_t count, float* acc) noexcept {
   for (std::size_t h = 0; h < heads; ++h)
@@ -323,4 +354,5 @@ inline void axpy_records_fixed(const record_format& f, const float* weights, std
     }
 }
 
+} // namespace
 } // namespace kvlab::kernels::scalar

@@ -1294,13 +1294,14 @@ struct kernels {
   // cost one shift, and per head one permute of the table and one add, instead of two
   // shifts, two permutes and two multiply-adds per head. Building the tables costs 2
   // vector operations per pair and head per call and saves about 3 per pair and 16 tokens.
-  // Rows without parameters are KIVI's per-channel blocks, one call per block of 32 tokens:
-  // too short to pay for the tables of more than 2 heads (KIVI-2 at GQA 4 measured 40-50 ns
-  // per token with them, 32-37 without). The choice depends on the format and the heads
-  // per pass, never on the run's length, so splitting a run does not change its arithmetic.
+  // Rows without parameters are KIVI's per-channel blocks, whose queries change every 32
+  // tokens: the tables would be rebuilt per block, which costs more than they save (one
+  // head on Zen 5, in L2: 22.3 against 18.0-18.2 us for 5,440 keys; KIVI-2 at GQA 4 on Sapphire
+  // Rapids 40-50 ns per token with them, 32-37 without). The choice depends on the format
+  // alone, never on the run's length, so splitting a run does not change its arithmetic.
   static constexpr std::size_t max_pair_channels = 256;
-  static bool pair_tables_pay(const record_format& f, std::size_t heads_per_pass) noexcept {
-    return f.bits == 2 && f.head_dim <= max_pair_channels && (f.params_per_group > 0 || heads_per_pass <= 2);
+  static bool pair_tables_pay(const record_format& f) noexcept {
+    return f.bits == 2 && f.head_dim <= max_pair_channels && f.params_per_group > 0;
   }
 
   // Dwords (of codes per record) and GroupDwords (per group) are fixed at compile time for
@@ -1308,6 +1309,14 @@ struct kernels {
   template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords, bool Pairs>
   static void dot_token_lanes(const record_format& f, const float* queries, const std::uint8_t* records,
                               std::size_t count, float* scores, std::size_t stride) noexcept {
+    token_lane_runs<Bits, H, Dwords, GroupDwords, Pairs>(
+        f, stride, [&](const auto& run) __attribute__((always_inline)) { run(queries, records, count, scores); });
+  }
+  // The kernel above for any number of runs of records: runs(run) calls run(queries, records,
+  // count, scores) once per run, each with queries of its own (KIVI's blocks fold their
+  // parameters into them), while the setup that depends on the format alone is done once.
+  template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords, bool Pairs, class Runs>
+  static void token_lane_runs(const record_format& f, std::size_t stride, Runs&& runs) noexcept {
     static_assert(!Pairs || Bits == 2);
     if constexpr (is_avx512) {
       constexpr std::size_t per_dword = 32 / Bits;
@@ -1331,81 +1340,85 @@ struct kernels {
       const __m512i record_offsets = lane_offsets(record_bytes);
       constexpr std::size_t pair_stride = max_pair_channels / 2 * token_lanes; // floats per head
       alignas(64) float pair_tables[Pairs ? H * pair_stride : 1];
-      if constexpr (Pairs) {
-        alignas(64) float low[token_lanes], high[token_lanes];
-        for (std::size_t i = 0; i < token_lanes; ++i) {
-          low[i] = static_cast<float>(i % 4) - f.offset;
-          high[i] = static_cast<float>(i / 4) - f.offset;
-        }
-        const __m512 lows = _mm512_load_ps(low), highs = _mm512_load_ps(high);
-        for (std::size_t h = 0; h < H; ++h)
-          for (std::size_t i = 0; i < n; i += 2)
-            _mm512_store_ps(pair_tables + h * pair_stride + i / 2 * token_lanes,
-                            _mm512_fmadd_ps(_mm512_set1_ps(queries[h * n + i + 1]), highs,
-                                            _mm512_mul_ps(_mm512_set1_ps(queries[h * n + i]), lows)));
+      alignas(64) float low[token_lanes], high[token_lanes];
+      for (std::size_t i = 0; i < token_lanes; ++i) {
+        low[i] = static_cast<float>(i % 4) - f.offset;
+        high[i] = static_cast<float>(i / 4) - f.offset;
       }
-      float query_sums[max_heads][max_groups];
-      if (params == 2) group_query_sums(f, queries, H, query_sums);
+      const __m512 lows = _mm512_load_ps(low), highs = _mm512_load_ps(high);
       const std::size_t param_count = params * (params ? dwords / group_dwords : 0);
       __m512 batch_params[2 * max_groups];
-      for (std::size_t first = 0; first < count; first += token_lanes) {
-        const auto [batch, valid, batch_records, ahead] =
-            start_batch(f, records, first, count, record_offsets, param_count, batch_params);
-        __m512 sums[H], parts[H][chains];
-        for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
-        for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
-          const std::size_t chunk_dwords = std::min(token_lanes, dwords - chunk);
-          __m512i columns[token_lanes];
-          load_columns(batch_records, record_bytes, batch, chunk, chunk_dwords, columns);
-          const auto column = [&](std::size_t d) __attribute__((always_inline)) {
-            const std::size_t j = chunk + d;
-            prefetch_part(ahead, j, dwords);
-            if (j % group_dwords == 0)
-              for (std::size_t h = 0; h < H; ++h) std::fill_n(parts[h], chains, _mm512_setzero_ps());
-            if constexpr (Pairs) {
+      float query_sums[max_heads][max_groups];
+      const auto run = [&](const float* queries, const std::uint8_t* records, std::size_t count,
+                           float* scores) __attribute__((always_inline)) {
+        if constexpr (Pairs)
+          for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t i = 0; i < n; i += 2)
+              _mm512_store_ps(pair_tables + h * pair_stride + i / 2 * token_lanes,
+                              _mm512_fmadd_ps(_mm512_set1_ps(queries[h * n + i + 1]), highs,
+                                              _mm512_mul_ps(_mm512_set1_ps(queries[h * n + i]), lows)));
+        if (params == 2) group_query_sums(f, queries, H, query_sums);
+        for (std::size_t first = 0; first < count; first += token_lanes) {
+          const auto [batch, valid, batch_records, ahead] =
+              start_batch(f, records, first, count, record_offsets, param_count, batch_params);
+          __m512 sums[H], parts[H][chains];
+          for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
+          for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
+            const std::size_t chunk_dwords = std::min(token_lanes, dwords - chunk);
+            __m512i columns[token_lanes];
+            load_columns(batch_records, record_bytes, batch, chunk, chunk_dwords, columns);
+            const auto column = [&](std::size_t d) __attribute__((always_inline)) {
+              const std::size_t j = chunk + d;
+              prefetch_part(ahead, j, dwords);
+              if (j % group_dwords == 0)
+                for (std::size_t h = 0; h < H; ++h) std::fill_n(parts[h], chains, _mm512_setzero_ps());
+              if constexpr (Pairs) {
 #pragma clang loop unroll(full)
-              for (std::size_t k = 0; k < per_dword / 2; ++k) {
-                const __m512i pair = k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(4 * k));
-                const float* tables = pair_tables + (j * per_dword / 2 + k) * token_lanes;
-                for (std::size_t h = 0; h < H; ++h)
-                  parts[h][k % chains] = _mm512_add_ps(
-                      parts[h][k % chains], _mm512_permutexvar_ps(pair, _mm512_load_ps(tables + h * pair_stride)));
+                for (std::size_t k = 0; k < per_dword / 2; ++k) {
+                  const __m512i pair =
+                      k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(4 * k));
+                  const float* tables = pair_tables + (j * per_dword / 2 + k) * token_lanes;
+                  for (std::size_t h = 0; h < H; ++h)
+                    parts[h][k % chains] = _mm512_add_ps(
+                        parts[h][k % chains], _mm512_permutexvar_ps(pair, _mm512_load_ps(tables + h * pair_stride)));
+                }
               }
-            }
 #pragma clang loop unroll(full) // compile-time trip count: every partial sum stays in a register
-            for (std::size_t k = 0; k < (Pairs ? 0 : per_dword); ++k) {
-              const __m512i shifted =
-                  k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(k * Bits));
-              __m512 level;
-              if constexpr (Bits == 8) // the byte as the low mantissa bits of 2^23, minus 2^23 + offset (exact)
-                level = _mm512_sub_ps(
-                    _mm512_castsi512_ps(_mm512_ternarylogic_epi32(shifted, byte_mask, two_to_23, 0xea)), byte_offset);
-              else
-                level = _mm512_permutexvar_ps(shifted, table);
-              const float* q = queries + j * per_dword + k;
-              for (std::size_t h = 0; h < H; ++h)
-                parts[h][k % chains] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n]), level, parts[h][k % chains]);
-            }
-            if ((j + 1) % group_dwords != 0) return;
-            const std::size_t g = j / group_dwords;
-            for (std::size_t h = 0; h < H; ++h) {
-              __m512 part = parts[h][0];
-              for (std::size_t c = 1; c < chains; ++c) part = _mm512_add_ps(part, parts[h][c]);
-              sums[h] =
-                  params > 0 ? _mm512_fmadd_ps(part, batch_params[g * params], sums[h]) : _mm512_add_ps(part, sums[h]);
-              if (params > 1)
-                sums[h] = _mm512_fmadd_ps(batch_params[g * params + 1], _mm512_set1_ps(query_sums[h][g]), sums[h]);
-            }
-          };
-          if constexpr (fixed_chunk > 0) {
+              for (std::size_t k = 0; k < (Pairs ? 0 : per_dword); ++k) {
+                const __m512i shifted =
+                    k == 0 ? columns[d] : _mm512_srli_epi32(columns[d], static_cast<unsigned>(k * Bits));
+                __m512 level;
+                if constexpr (Bits == 8) // the byte as the low mantissa bits of 2^23, minus 2^23 + offset (exact)
+                  level = _mm512_sub_ps(
+                      _mm512_castsi512_ps(_mm512_ternarylogic_epi32(shifted, byte_mask, two_to_23, 0xea)), byte_offset);
+                else
+                  level = _mm512_permutexvar_ps(shifted, table);
+                const float* q = queries + j * per_dword + k;
+                for (std::size_t h = 0; h < H; ++h)
+                  parts[h][k % chains] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n]), level, parts[h][k % chains]);
+              }
+              if ((j + 1) % group_dwords != 0) return;
+              const std::size_t g = j / group_dwords;
+              for (std::size_t h = 0; h < H; ++h) {
+                __m512 part = parts[h][0];
+                for (std::size_t c = 1; c < chains; ++c) part = _mm512_add_ps(part, parts[h][c]);
+                sums[h] = params > 0 ? _mm512_fmadd_ps(part, batch_params[g * params], sums[h])
+                                     : _mm512_add_ps(part, sums[h]);
+                if (params > 1)
+                  sums[h] = _mm512_fmadd_ps(batch_params[g * params + 1], _mm512_set1_ps(query_sums[h][g]), sums[h]);
+              }
+            };
+            if constexpr (fixed_chunk > 0) {
 #pragma clang loop unroll(full) // whole columns unrolled: group ends and prefetch parts are compile-time
-            for (std::size_t d = 0; d < fixed_chunk; ++d) column(d);
-          } else {
-            for (std::size_t d = 0; d < chunk_dwords; ++d) column(d);
+              for (std::size_t d = 0; d < fixed_chunk; ++d) column(d);
+            } else {
+              for (std::size_t d = 0; d < chunk_dwords; ++d) column(d);
+            }
           }
+          for (std::size_t h = 0; h < H; ++h) _mm512_mask_storeu_ps(scores + h * stride + first, valid, sums[h]);
         }
-        for (std::size_t h = 0; h < H; ++h) _mm512_mask_storeu_ps(scores + h * stride + first, valid, sums[h]);
-      }
+      };
+      runs(run);
     }
   }
 
@@ -1948,7 +1961,7 @@ struct kernels {
         for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
           with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
             if constexpr (Bits == 2)
-              if (pair_tables_pay(f, H))
+              if (pair_tables_pay(f))
                 return dot_token_lanes<Bits, H, Dwords, GroupDwords, true>(f, queries + h * n, records, count,
                                                                            scores + h * stride, stride);
             dot_token_lanes<Bits, H, Dwords, GroupDwords, false>(f, queries + h * n, records, count,
@@ -2047,6 +2060,54 @@ struct kernels {
     }
   }
 
+  // Per-channel blocks (KIVI's keys, arXiv 2402.02750 section 3.2) of a whole stream in one
+  // call. Rows of 2- and 4-bit codes on AVX-512 take the token-lane kernel that dot_records
+  // would, with its setup (tables, constants, shape dispatch) done once per call instead of
+  // once per block: each block folds its parameters into the queries, builds its pair
+  // tables where dot_records would, and runs its rows. Other rows go block by block through
+  // fold_channel_params and dot_records. Either way the same arithmetic as those calls.
+  static void dot_channel_blocks(const record_format& f, const channel_block* blocks, std::size_t count,
+                                 unsigned per_channel, bool params_f32, const float* queries, std::size_t heads,
+                                 float* scores, std::size_t stride) noexcept {
+    const std::size_t n = f.head_dim;
+    if constexpr (is_avx512)
+      if (token_lanes_fit(f) && f.bits < 8 && f.params_per_group == 0) {
+        alignas(64) float scaled[max_heads * max_head_dim];
+        float zero_terms[max_heads];
+        const auto with_bits = [&]<unsigned Bits>() {
+          for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+            with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
+              const auto all_blocks = [&]<bool Pairs>() {
+                token_lane_runs<Bits, H, Dwords, GroupDwords, Pairs>(f, stride, [&](const auto& run) {
+                  for (std::size_t b = 0; b < count; ++b) {
+                    const channel_block& block = blocks[b];
+                    float* block_scores = scores + h * stride + block.first;
+                    fold_channel_params(block.params, n, per_channel, params_f32, queries + h * n, H, scaled,
+                                        zero_terms);
+                    run(scaled, block.rows, block.count, block_scores);
+                    scalar::add_zero_terms(zero_terms, H, block.count, block_scores, stride);
+                  }
+                });
+              };
+              if constexpr (Bits == 2)
+                if (pair_tables_pay(f)) return all_blocks.template operator()<true>();
+              all_blocks.template operator()<false>();
+            });
+          });
+        };
+        if (f.bits == 4) return with_bits.template operator()<4>();
+        return with_bits.template operator()<2>();
+      }
+    // dot_records' choice of kernel depends on the number of heads: all heads at once
+    std::vector<float> scaled(heads * n), zero_terms(heads);
+    for (std::size_t b = 0; b < count; ++b) {
+      const channel_block& block = blocks[b];
+      fold_channel_params(block.params, n, per_channel, params_f32, queries, heads, scaled.data(), zero_terms.data());
+      dot_records(f, scaled.data(), heads, block.rows, block.count, scores + block.first, stride);
+      scalar::add_zero_terms(zero_terms.data(), heads, block.count, scores + block.first, stride);
+    }
+  }
+
   // The vector conversion rounds to nearest even as float_to_half_bits does; only NaN
   // payloads differ (the reference makes every NaN sign | 0x7e00), so a vector holding a
   // NaN is converted element by element.
@@ -2128,6 +2189,7 @@ struct kernels {
             .axpy_records = &axpy_records,
             .axpy_records_fixed = instruction_set == isa::avx512_vnni ? &axpy_records_fixed : nullptr,
             .fold_channel_params = &fold_channel_params,
+            .dot_channel_blocks = &dot_channel_blocks,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
             .axpy_f32 = &axpy_row<&load_f32, 4, &scalar::load_f32>,
             .dot_f16 = &dot_row<&load_f16, 2, &scalar::load_f16>,

@@ -11,6 +11,7 @@ import kvlab.core;
 
 export namespace kvlab {
 
+using kernels::channel_block;
 using kernels::element_kind;
 using kernels::fixed_point_values;
 using kernels::isa;
