@@ -2062,10 +2062,11 @@ struct kernels {
 
   // Per-channel blocks (KIVI's keys, arXiv 2402.02750 section 3.2) of a whole stream in one
   // call. Rows of 2- and 4-bit codes on AVX-512 take the token-lane kernel that dot_records
-  // would, with its setup (tables, constants, shape dispatch) done once per call instead of
-  // once per block: each block folds its parameters into the queries, builds its pair
-  // tables where dot_records would, and runs its rows. Other rows go block by block through
-  // fold_channel_params and dot_records. Either way the same arithmetic as those calls.
+  // would (without pair tables: rows without parameters never pay for them), with its setup
+  // (constants, shape dispatch) done once per call instead of once per block: each block
+  // folds its parameters into the queries and runs its rows. Other rows go block by block
+  // through fold_channel_params and dot_records. Either way the same arithmetic as those
+  // calls.
   static void dot_channel_blocks(const record_format& f, const channel_block* blocks, std::size_t count,
                                  unsigned per_channel, bool params_f32, const float* queries, std::size_t heads,
                                  float* scores, std::size_t stride) noexcept {
@@ -2077,21 +2078,15 @@ struct kernels {
         const auto with_bits = [&]<unsigned Bits>() {
           for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
             with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
-              const auto all_blocks = [&]<bool Pairs>() {
-                token_lane_runs<Bits, H, Dwords, GroupDwords, Pairs>(f, stride, [&](const auto& run) {
-                  for (std::size_t b = 0; b < count; ++b) {
-                    const channel_block& block = blocks[b];
-                    float* block_scores = scores + h * stride + block.first;
-                    fold_channel_params(block.params, n, per_channel, params_f32, queries + h * n, H, scaled,
-                                        zero_terms);
-                    run(scaled, block.rows, block.count, block_scores);
-                    scalar::add_zero_terms(zero_terms, H, block.count, block_scores, stride);
-                  }
-                });
-              };
-              if constexpr (Bits == 2)
-                if (pair_tables_pay(f)) return all_blocks.template operator()<true>();
-              all_blocks.template operator()<false>();
+              token_lane_runs<Bits, H, Dwords, GroupDwords, false>(f, stride, [&](const auto& run) {
+                for (std::size_t b = 0; b < count; ++b) {
+                  const channel_block& block = blocks[b];
+                  float* block_scores = scores + h * stride + block.first;
+                  fold_channel_params(block.params, n, per_channel, params_f32, queries + h * n, H, scaled, zero_terms);
+                  run(scaled, block.rows, block.count, block_scores);
+                  scalar::add_zero_terms(zero_terms, H, block.count, block_scores, stride);
+                }
+              });
             });
           });
         };
