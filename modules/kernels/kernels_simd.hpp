@@ -1219,35 +1219,64 @@ struct kernels {
     }
   }
 
-  // Every parameter of a batch of records, one vector each (lanes past the batch: 0),
-  // gathered when the batch starts so that the gathers' latency overlaps the codes' work.
-  // Two fp16 parameters share a gathered dword; an odd last one is the high half of the
-  // dword ending with it, which stays inside the record.
-  static void gather_batch_params(const record_format& f, const std::uint8_t* batch, __mmask16 valid,
-                                  __m512i record_offsets, std::size_t param_count, __m512* out) noexcept {
-    const std::size_t params_at = f.code_bytes();
-    const auto gather = [&](std::size_t offset) {
-      return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, batch + offset, 1);
-    };
-    const auto fp16_low = [](__m512i d) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)); };
-    for (std::size_t p = 0; p < param_count;) {
-      if (f.params_f32) {
-        out[p] = _mm512_castsi512_ps(gather(params_at + 4 * p));
-        p += 1;
-      } else if (p + 1 < param_count) {
-        const __m512i pair = gather(params_at + 2 * p);
-        out[p] = fp16_low(pair);
-        out[p + 1] = fp16_low(_mm512_srli_epi32(pair, 16));
-        p += 2;
-      } else {
-        out[p] = fp16_low(_mm512_srli_epi32(gather(params_at + 2 * p - 2), 16));
-        p += 1;
+  // The `bytes` bytes from `at` in each of `size` (at most 16) records `record_bytes` apart,
+  // as dwords transposed: lane t of out[d] is dword d of record t, for d < ceil(bytes / 4);
+  // bytes past `bytes`, and lanes past `size`, are 0 and never read. Masked loads and two
+  // rounds of permutes per 4 dwords, in place of one vpgatherdd per dword, which on AMD
+  // Zen 5 took about a quarter of the 2-bit values kernel's time.
+  static void load_dword_columns(const std::uint8_t* at, std::size_t record_bytes, std::size_t size, std::size_t bytes,
+                                 __m512i* out) noexcept {
+    // Round 1: records 0-7 (or 8-15) of two rows of four records, two dwords each; round 2:
+    // the two halves of the batch side by side. Row i lane 4 m + d holds record 4 i + m's dword d.
+    const __m512i first_two = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i last_two = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    const __m512i low_halves = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i high_halves = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (std::size_t offset = 0; offset < bytes; offset += 16) {
+      const std::size_t taken = std::min<std::size_t>(16, bytes - offset);
+      const __mmask16 mask = static_cast<__mmask16>(taken == 16 ? 0xffff : (1u << taken) - 1);
+      const auto row = [&](std::size_t t) __attribute__((always_inline)) {
+        return t < size ? _mm_maskz_loadu_epi8(mask, at + t * record_bytes + offset) : _mm_setzero_si128();
+      };
+      __m512i rows[4];
+      for (std::size_t i = 0; i < 4; ++i) {
+        rows[i] = _mm512_inserti32x4(_mm512_castsi128_si512(row(4 * i)), row(4 * i + 1), 1);
+        rows[i] = _mm512_inserti32x4(_mm512_inserti32x4(rows[i], row(4 * i + 2), 2), row(4 * i + 3), 3);
+      }
+      const __m512i low_a = _mm512_permutex2var_epi32(rows[0], first_two, rows[1]);
+      const __m512i high_a = _mm512_permutex2var_epi32(rows[2], first_two, rows[3]);
+      __m512i* columns = out + offset / 4;
+      columns[0] = _mm512_permutex2var_epi32(low_a, low_halves, high_a);
+      if (taken > 4) columns[1] = _mm512_permutex2var_epi32(low_a, high_halves, high_a);
+      if (taken > 8) {
+        const __m512i low_b = _mm512_permutex2var_epi32(rows[0], last_two, rows[1]);
+        const __m512i high_b = _mm512_permutex2var_epi32(rows[2], last_two, rows[3]);
+        columns[2] = _mm512_permutex2var_epi32(low_b, low_halves, high_b);
+        if (taken > 12) columns[3] = _mm512_permutex2var_epi32(low_b, high_halves, high_b);
       }
     }
   }
 
+  // Every parameter of a batch of records, one vector each (lanes past the batch: 0),
+  // loaded when the batch starts so that the loads' latency overlaps the codes' work. Two
+  // fp16 parameters share a dword, the first in its low half.
+  static void load_batch_params(const record_format& f, const std::uint8_t* batch, std::size_t size,
+                                std::size_t param_count, __m512* out) noexcept {
+    __m512i dwords[2 * max_groups];
+    const std::size_t param_bytes = param_count * (f.params_f32 ? 4 : 2);
+    load_dword_columns(batch + f.code_bytes(), f.record_bytes, size, param_bytes, dwords);
+    for (std::size_t p = 0; p < param_count; ++p) {
+      if (f.params_f32) {
+        out[p] = _mm512_castsi512_ps(dwords[p]);
+        continue;
+      }
+      const __m512i dword = p % 2 == 0 ? dwords[p / 2] : _mm512_srli_epi32(dwords[p / 2], 16);
+      out[p] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dword));
+    }
+  }
+
   // The batch of up to 16 records from `first`: how many, their lanes, where they start and
-  // the lines to prefetch while they are worked on; their parameters gathered.
+  // the lines to prefetch while they are worked on; their parameters loaded.
   struct token_batch {
     std::size_t size;
     __mmask16 valid;
@@ -1255,17 +1284,12 @@ struct kernels {
     prefetch_span ahead;
   };
   static token_batch start_batch(const record_format& f, const std::uint8_t* records, std::size_t first,
-                                 std::size_t count, __m512i record_offsets, std::size_t param_count,
-                                 __m512* params) noexcept {
+                                 std::size_t count, std::size_t param_count, __m512* params) noexcept {
     const std::size_t size = std::min(token_lanes, count - first);
     const __mmask16 valid = static_cast<__mmask16>((1u << size) - 1);
     const std::uint8_t* batch_records = records + first * f.record_bytes;
-    gather_batch_params(f, batch_records, valid, record_offsets, param_count, params);
+    load_batch_params(f, batch_records, size, param_count, params);
     return {size, valid, batch_records, lines_ahead(batch_records, size * f.record_bytes)};
-  }
-  // Lane t: t * record_bytes, the offset of record t of a batch.
-  static __m512i lane_offsets(std::size_t record_bytes) noexcept {
-    return _mm512_mullo_epi32(lane_index(), _mm512_set1_epi32(static_cast<int>(record_bytes)));
   }
   // sums[h][g]: the sum of query h's elements in group g.
   static void group_query_sums(const record_format& f, const float* queries, std::size_t heads,
@@ -1337,7 +1361,6 @@ struct kernels {
       const __m512 table = _mm512_load_ps(levels);
       const __m512i byte_mask = _mm512_set1_epi32(0xff), two_to_23 = _mm512_set1_epi32(0x4b000000);
       const __m512 byte_offset = _mm512_set1_ps(0x1p23f + f.offset);
-      const __m512i record_offsets = lane_offsets(record_bytes);
       constexpr std::size_t pair_stride = max_pair_channels / 2 * token_lanes; // floats per head
       alignas(64) float pair_tables[Pairs ? H * pair_stride : 1];
       alignas(64) float low[token_lanes], high[token_lanes];
@@ -1360,7 +1383,7 @@ struct kernels {
         if (params == 2) group_query_sums(f, queries, H, query_sums);
         for (std::size_t first = 0; first < count; first += token_lanes) {
           const auto [batch, valid, batch_records, ahead] =
-              start_batch(f, records, first, count, record_offsets, param_count, batch_params);
+              start_batch(f, records, first, count, param_count, batch_params);
           __m512 sums[H], parts[H][chains];
           for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
           for (std::size_t chunk = 0; chunk < dwords; chunk += token_lanes) {
@@ -1509,7 +1532,6 @@ struct kernels {
     const std::size_t group_dwords = GroupDwords ? GroupDwords : f.group_channels / per_dword;
     const std::size_t unit_dwords = UnitDwords ? UnitDwords : unit_channels(f) / per_dword;
     const __m512i code_mask = _mm512_set1_epi8(static_cast<char>((1u << Bits) - 1));
-    const __m512i record_offsets = lane_offsets(record_bytes);
     // Per head and group: the sum of the query (times the zeros) and offset times it (the
     // integer dots count codes, not code - offset).
     float query_sums[max_heads][max_groups], offset_terms[max_heads][max_groups] = {};
@@ -1520,7 +1542,7 @@ struct kernels {
     __m512 batch_params[2 * max_groups];
     for (std::size_t first = 0; first < count; first += token_lanes) {
       const auto [batch, valid, batch_records, ahead] =
-          start_batch(f, records, first, count, record_offsets, param_count, batch_params);
+          start_batch(f, records, first, count, param_count, batch_params);
       __m512 sums[H], parts[H];
       __m512i dots[H][query_slices];
       for (std::size_t h = 0; h < H; ++h) sums[h] = _mm512_setzero_ps();
@@ -1622,7 +1644,7 @@ struct kernels {
   // in any order, so no split of a run changes them. One head per pass over the records:
   // for a GQA group the float kernel, which decodes each record once for every head, is
   // faster.
-  // - F for 64 tokens at a time, 16 per vector: the parameters gathered a chunk ahead
+  // - F for 64 tokens at a time, 16 per vector: the parameters loaded a chunk ahead
   //   (their latency hidden), and one vpshufb per group and 16 tokens turns F into one
   //   dword of 4 bytes per byte j and 4 tokens, which the loop broadcasts from memory.
   // - A pass covers 64 channels (32 code bytes of 4-bit codes, 16 of 2-bit) of a chunk's
@@ -1669,30 +1691,20 @@ struct kernels {
         }
     const __m512i by_byte = _mm512_load_si512(control);
     const __m512i first_vector = _mm512_load_si512(interleave[0]), second_vector = _mm512_load_si512(interleave[1]);
-    const __m512i record_offsets = lane_offsets(record_bytes);
 
-    // The fp16 parameters of a chunk's batches of 16 records, two per gathered dword, masked
-    // past the end. Parameter k is group k / per_group's number k % per_group.
-    const std::size_t params = groups * per_group, param_dwords = (params + 1) / 2;
-    __m512i gathered[fixed_chunk / 16][fixed_max_groups];
-    const auto gather_chunk = [&](std::size_t first) __attribute__((always_inline)) {
+    // The fp16 parameters of a chunk's batches of 16 records, two per dword (the first in
+    // its low half), 0 past the end. Parameter k is group k / per_group's number k % per_group.
+    const std::size_t params = groups * per_group;
+    __m512i chunk_params[fixed_chunk / 16][fixed_max_groups];
+    const auto load_chunk_params = [&](std::size_t first) __attribute__((always_inline)) {
       const std::size_t size = std::min(fixed_chunk, count - first);
-      for (std::size_t b = 0; 16 * b < size; ++b) {
-        const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
-        const std::uint8_t* batch = records + (first + 16 * b) * record_bytes + code_bytes;
-        for (std::size_t d = 0; d < param_dwords; ++d) {
-          // an odd last parameter: the dword that ends with it (not past the record; with
-          // one group, the last code bytes and the scale)
-          const std::uint8_t* at = batch + 4 * d;
-          if (2 * d + 1 == params) at -= 2;
-          gathered[b][d] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, record_offsets, at, 1);
-        }
-      }
+      for (std::size_t b = 0; 16 * b < size; ++b)
+        load_dword_columns(records + (first + 16 * b) * record_bytes + code_bytes, record_bytes,
+                           std::min<std::size_t>(16, size - 16 * b), 2 * params, chunk_params[b]);
     };
     const auto parameter = [&](std::size_t b, std::size_t k) __attribute__((always_inline)) {
-      const bool high = k % 2 == 1 || (params % 2 == 1 && k + 1 == params); // see gather_chunk
-      const __m512i dword = gathered[b][k / 2];
-      return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(dword, 16) : dword));
+      const __m512i dword = chunk_params[b][k / 2];
+      return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(k % 2 == 1 ? _mm512_srli_epi32(dword, 16) : dword));
     };
     // F (and Z) of batch b's 16 tokens into slices (and pairs).
     const auto fix_batch = [&](std::size_t first, std::size_t size, std::size_t b) __attribute__((always_inline)) {
@@ -1735,14 +1747,16 @@ struct kernels {
     // - 2-bit: x & 0x03, x & 0x0C, x & 0x30 (the codes times 1, 4, 16) and x ^ 0x80, which
     //   give the top codes' sum the same way, over 64.
     // One instruction per code vector instead of a shift and a mask. A pass of a last odd
-    // unit has the second unit's bytes masked to zero, its sums never read.
+    // unit has the second unit's bytes masked to zero, its sums never read. Not inlined:
+    // its 16 sums, 4 code vectors and F fit the 32 vector registers only without the rest
+    // of the kernel's live values (inlined, 4 sums went to the stack and back every quad).
     struct chunk_run {
       const std::uint8_t* records;
       std::size_t size;
       prefetch_span ahead;
     };
     const auto pass = [&]<bool Full>(const chunk_run& chunk,
-                                     std::size_t p) __attribute__((always_inline, target("avx512vnni,avx512vbmi"))) {
+                                     std::size_t p) __attribute__((noinline, target("avx512vnni,avx512vbmi"))) {
       const std::size_t chunk_quads = Full ? fixed_chunk / 4 : (chunk.size + 3) / 4;
       constexpr std::size_t pass_bytes = 8 * Bits; // 64 channels
       const std::size_t bytes = std::min<std::size_t>(pass_bytes, code_bytes - pass_bytes * p);
@@ -1802,22 +1816,22 @@ struct kernels {
 
     // totals[p][v][lane]: the call's sum of F times code vector v of pass p, per lane.
     alignas(64) std::int64_t totals[fixed_max_passes][4][16] = {};
-    if (count > 0) gather_chunk(0);
+    if (count > 0) load_chunk_params(0);
     for (std::size_t begin = 0; begin < count; begin += fixed_flush) {
       const std::size_t end = std::min(count, begin + fixed_flush);
       std::memset(partial, 0, sizeof partial);
       for (std::size_t first = begin; first < end; first += fixed_chunk) {
         const std::size_t size = std::min(fixed_chunk, end - first);
         const std::uint8_t* chunk_records = records + first * record_bytes;
-        // The next chunk's parameters are gathered before this chunk's passes, so the lines
+        // The next chunk's parameters are loaded before this chunk's passes, so the lines
         // asked for lead by a chunk more than in the other loops: 8 KiB past the next chunk.
-        // With 8 KiB past this one, int4 records (a chunk is 4.6 KB) left the gather waiting
+        // With 8 KiB past this one, int4 records (a chunk is 4.6 KB) left those loads waiting
         // on lines still in flight: on AMD Zen 5 int4 attention took 8.8-9.1 ns per token
         // against 6.0-6.2 with the float loop; with the lead, 6.3-6.4.
         const chunk_run chunk{chunk_records, size,
                               lines_ahead(chunk_records + fixed_chunk * record_bytes, size * record_bytes)};
         for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
-        if (first + fixed_chunk < count) gather_chunk(first + fixed_chunk);
+        if (first + fixed_chunk < count) load_chunk_params(first + fixed_chunk);
         for (std::size_t p = 0; p < passes; ++p) {
           if (size == fixed_chunk)
             pass.template operator()<true>(chunk, p);
