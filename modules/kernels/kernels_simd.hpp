@@ -1219,19 +1219,33 @@ struct kernels {
     }
   }
 
-  // The `bytes` bytes from `at` in each of `size` (at most 16) records `record_bytes` apart,
-  // as dwords transposed: lane t of out[d] is dword d of record t, for d < ceil(bytes / 4);
-  // bytes past `bytes`, and lanes past `size`, are 0 and never read. Masked loads and two
-  // rounds of permutes per 4 dwords, in place of one vpgatherdd per dword, which on AMD
-  // Zen 5 took about a quarter of the 2-bit values kernel's time.
-  static void load_dword_columns(const std::uint8_t* at, std::size_t record_bytes, std::size_t size, std::size_t bytes,
-                                 __m512i* out) noexcept {
-    // Round 1: records 0-7 (or 8-15) of two rows of four records, two dwords each; round 2:
-    // the two halves of the batch side by side. Row i lane 4 m + d holds record 4 i + m's dword d.
+  // Four rows of 4 x 4 dwords, row i lane 4 m + d element (4 i + m, d) of a 16 x 4 matrix,
+  // transposed: lane t of columns[d] is element (t, d), for the first `used` columns. Round
+  // 1 takes rows 0-7 (or 8-15) of two columns from two rows, round 2 puts the halves side by side.
+  static void transpose_16x4(const __m512i (&rows)[4], std::size_t used, __m512i* columns) noexcept {
     const __m512i first_two = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
     const __m512i last_two = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
     const __m512i low_halves = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
     const __m512i high_halves = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const __m512i low_a = _mm512_permutex2var_epi32(rows[0], first_two, rows[1]);
+    const __m512i high_a = _mm512_permutex2var_epi32(rows[2], first_two, rows[3]);
+    columns[0] = _mm512_permutex2var_epi32(low_a, low_halves, high_a);
+    if (used > 1) columns[1] = _mm512_permutex2var_epi32(low_a, high_halves, high_a);
+    if (used > 2) {
+      const __m512i low_b = _mm512_permutex2var_epi32(rows[0], last_two, rows[1]);
+      const __m512i high_b = _mm512_permutex2var_epi32(rows[2], last_two, rows[3]);
+      columns[2] = _mm512_permutex2var_epi32(low_b, low_halves, high_b);
+      if (used > 3) columns[3] = _mm512_permutex2var_epi32(low_b, high_halves, high_b);
+    }
+  }
+
+  // The `bytes` bytes from `at` in each of `size` (at most 16) records `record_bytes` apart,
+  // as dwords transposed: lane t of out[d] is dword d of record t, for d < ceil(bytes / 4);
+  // bytes past `bytes`, and lanes past `size`, are 0 and never read. Masked loads and
+  // permutes, in place of one vpgatherdd per dword, which on AMD Zen 5 took about a quarter
+  // of the 2-bit values kernel's time.
+  static void load_dword_columns(const std::uint8_t* at, std::size_t record_bytes, std::size_t size, std::size_t bytes,
+                                 __m512i* out) noexcept {
     for (std::size_t offset = 0; offset < bytes; offset += 16) {
       const std::size_t taken = std::min<std::size_t>(16, bytes - offset);
       const __mmask16 mask = static_cast<__mmask16>(taken == 16 ? 0xffff : (1u << taken) - 1);
@@ -1243,17 +1257,7 @@ struct kernels {
         rows[i] = _mm512_inserti32x4(_mm512_castsi128_si512(row(4 * i)), row(4 * i + 1), 1);
         rows[i] = _mm512_inserti32x4(_mm512_inserti32x4(rows[i], row(4 * i + 2), 2), row(4 * i + 3), 3);
       }
-      const __m512i low_a = _mm512_permutex2var_epi32(rows[0], first_two, rows[1]);
-      const __m512i high_a = _mm512_permutex2var_epi32(rows[2], first_two, rows[3]);
-      __m512i* columns = out + offset / 4;
-      columns[0] = _mm512_permutex2var_epi32(low_a, low_halves, high_a);
-      if (taken > 4) columns[1] = _mm512_permutex2var_epi32(low_a, high_halves, high_a);
-      if (taken > 8) {
-        const __m512i low_b = _mm512_permutex2var_epi32(rows[0], last_two, rows[1]);
-        const __m512i high_b = _mm512_permutex2var_epi32(rows[2], last_two, rows[3]);
-        columns[2] = _mm512_permutex2var_epi32(low_b, low_halves, high_b);
-        if (taken > 12) columns[3] = _mm512_permutex2var_epi32(low_b, high_halves, high_b);
-      }
+      transpose_16x4(rows, (taken + 3) / 4, out + offset / 4);
     }
   }
 
@@ -1597,6 +1601,168 @@ struct kernels {
     }
   }
 
+  // --- 2-bit rows without parameters: integer dots in row lanes (AVX-512 VNNI) ---------
+  // KIVI's keys (arXiv 2402.02750 section 3.2) come in per-channel blocks of bare 2-bit
+  // rows, the block's scales folded into the query. In token lanes each code costs a
+  // shift, a table permute and a multiply-add per 16 rows, three operations for the two
+  // vector pipes of AMD Zen 5 that also multiply. Here a vector holds whole rows as they
+  // lie in memory (64 / code_bytes of them; no transpose): the codes at position k of every
+  // byte are a shift and a mask, and vpdpbusd multiplies them by the query's bytes for
+  // those channels, sliced per unit of 32 channels as slice_query does (the same bound):
+  // 12 vpdpbusd and 7 other operations per 256 codes against 768 operations in floats.
+  // Per row, the slices' dword sums are combined exactly (q1 2^14 + q2 2^7 + q3), the two
+  // dwords of each unit added, converted and scaled by the unit, and the units added in a
+  // fixed tree: the same order wherever a row falls in a batch or a run.
+  struct lane_query {
+    // bytes[k][p]: slice p of the query's elements in code order, byte j for channel
+    // 4 (j % code_bytes) + k (the code at bits 2k of row byte j % code_bytes).
+    alignas(64) std::int8_t bytes[4][query_slices][64];
+    alignas(64) float unit_scales[token_lanes]; // lane l: unit l % units, s / 2^14
+    float offset_term;                          // offset times the sum of the query
+  };
+  static bool row_lanes_fit(const record_format& f) noexcept {
+    return is_avx512 && f.kind == element_kind::affine_codes && f.bits == 2 && f.params_per_group == 0 &&
+           (f.head_dim == 64 || f.head_dim == 128 || f.head_dim == 256);
+  }
+  // False if an element of the query is not finite (its dot is then the float kernels').
+  // Each unit's maximum is taken from the transposed vectors themselves: every lane of a
+  // unit's half of the vector ends up holding it, so no per-unit broadcasts are needed.
+  template <std::size_t CodeBytes>
+  static bool slice_lane_query(const record_format& f, const float* query, lane_query& out) noexcept {
+    constexpr std::size_t n = 4 * CodeBytes, code_bytes = CodeBytes, units = n / 32;
+    const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max()), tiny = _mm512_set1_ps(1e-30f);
+    alignas(64) float steps[16];
+    // 16 row bytes (64 channels: units 2 g and 2 g + 1, lanes 0-7 and 8-15) at a time: the
+    // 16 x 4 elements transposed into one vector per code position, then sliced.
+    for (std::size_t g = 0; g < code_bytes / 16; ++g) {
+      __m512i rows[4], columns[4];
+      for (std::size_t i = 0; i < 4; ++i) rows[i] = _mm512_castps_si512(_mm512_loadu_ps(query + 64 * g + 16 * i));
+      transpose_16x4(rows, 4, columns);
+      __m512 m = _mm512_abs_ps(_mm512_castsi512_ps(columns[0]));
+      for (std::size_t k = 1; k < 4; ++k) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_castsi512_ps(columns[k])));
+      m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1))); // within each half of 8 lanes
+      m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
+      m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
+      if (_mm512_cmp_ps_mask(m, largest, _CMP_LE_OQ) != 0xffff) return false; // NaN or infinite
+      // As slice_query: below 1e-30 a unit counts as zero.
+      const __mmask16 nonzero = _mm512_cmp_ps_mask(m, tiny, _CMP_GE_OQ);
+      const __m512 step = _mm512_maskz_div_ps(nonzero, m, _mm512_set1_ps(127.0f));
+      const __m512 inverse = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), m);
+      _mm512_store_ps(steps, step);
+      out.unit_scales[2 * g] = steps[0] * 0x1p-14f;
+      out.unit_scales[2 * g + 1] = steps[8] * 0x1p-14f;
+      const __m512 slice_steps[query_slices - 1] = {step, _mm512_mul_ps(step, _mm512_set1_ps(0x1p-7f))};
+      const __m512 slice_inverses[query_slices] = {inverse, _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p7f)),
+                                                   _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p14f))};
+      for (std::size_t k = 0; k < 4; ++k) {
+        __m512 rest = _mm512_castsi512_ps(columns[k]);
+        for (std::size_t p = 0; p < query_slices; ++p) {
+          const __m512i slice = _mm512_cvtps_epi32(_mm512_mul_ps(rest, slice_inverses[p])); // to nearest
+          const __m128i bytes = _mm512_cvtepi32_epi8(slice);
+          for (std::size_t row = 0; row < 64; row += code_bytes)
+            _mm_store_si128(reinterpret_cast<__m128i*>(out.bytes[k][p] + row + 16 * g), bytes);
+          if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(slice), slice_steps[p], rest);
+        }
+      }
+    }
+    for (std::size_t l = units; l < token_lanes; ++l) out.unit_scales[l] = out.unit_scales[l % units];
+    out.offset_term = f.offset != 0.0f ? f.offset * std::accumulate(query, query + n, 0.0f) : 0.0f;
+    return true;
+  }
+  // scores[t] = query . (row t's codes - offset) for the sliced query; CodeBytes =
+  // head_dim / 4.
+  template <std::size_t CodeBytes>
+  __attribute__((target("avx512vnni"))) static void dot_row_lanes(const record_format& f, const lane_query& query,
+                                                                  const std::uint8_t* records, std::size_t count,
+                                                                  float* scores) noexcept {
+    constexpr std::size_t per_vector = 64 / CodeBytes;        // rows
+    constexpr std::size_t vectors = token_lanes / per_vector; // per batch of 16 rows
+    const std::size_t record_bytes = f.record_bytes;
+    const __m512i code_mask = _mm512_set1_epi8(3);
+    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    // Vector v of a batch of `size` rows: its rows' code bytes, 0 past the batch.
+    const auto load_rows = [&]<bool Full>(const std::uint8_t* batch, std::size_t size,
+                                          std::size_t v) __attribute__((always_inline)) {
+      if constexpr (Full) return _mm512_loadu_si512(batch + 64 * v); // 16 packed rows
+      const std::size_t first = v * per_vector;
+      if (first >= size) return _mm512_setzero_si512();
+      const std::size_t rows = std::min(per_vector, size - first);
+      if (record_bytes == CodeBytes) // packed rows: one load
+        return _mm512_maskz_loadu_epi8(rows == per_vector ? ~__mmask64{0} : (__mmask64{1} << rows * CodeBytes) - 1,
+                                       batch + first * CodeBytes);
+      __m512i x = _mm512_setzero_si512();
+      for (std::size_t r = 0; r < rows; ++r) {
+        const __mmask64 lanes = (CodeBytes == 64 ? ~__mmask64{0} : (__mmask64{1} << CodeBytes) - 1) << r * CodeBytes;
+        // masked-off bytes are neither read nor faulted on
+        x = _mm512_mask_loadu_epi8(x, lanes, batch + (first + r) * record_bytes - r * CodeBytes);
+      }
+      return x;
+    };
+    // A vector's rows: per dword, the sum over its 16 codes of code times query, in units of
+    // the slices' last step (exact: at most 16 * 3 * 127 * 2^14 < 2^27).
+    const auto row_sums = [&](__m512i x) __attribute__((always_inline, target("avx512vnni"))) {
+      __m512i codes[4];
+      codes[0] = _mm512_and_si512(x, code_mask);
+      for (std::size_t k = 1; k < 4; ++k)
+        codes[k] = _mm512_and_si512(_mm512_srli_epi32(x, static_cast<unsigned>(2 * k)), code_mask);
+      __m512i dots[query_slices];
+      for (std::size_t p = 0; p < query_slices; ++p) {
+        dots[p] = _mm512_setzero_si512();
+        for (std::size_t k = 0; k < 4; ++k)
+          dots[p] = _mm512_dpbusd_epi32(dots[p], codes[k], _mm512_load_si512(query.bytes[k][p]));
+      }
+      return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(dots[0], 14), _mm512_slli_epi32(dots[1], 7)), dots[2]);
+    };
+    // Adjacent lanes of two vectors added: the first vector's pairs in lanes 0-7, the
+    // second's in 8-15.
+    const auto add_pairs = [&](__m512 a, __m512 b) __attribute__((always_inline)) {
+      return _mm512_add_ps(_mm512_permutex2var_ps(a, evens, b), _mm512_permutex2var_ps(a, odds, b));
+    };
+    const __m512 unit_scales = _mm512_load_ps(query.unit_scales), offset_term = _mm512_set1_ps(query.offset_term);
+    const auto run_batch = [&]<bool Full>(std::size_t first) __attribute__((always_inline, target("avx512vnni"))) {
+      const std::size_t size = Full ? token_lanes : std::min(token_lanes, count - first);
+      const std::uint8_t* batch = records + first * record_bytes;
+      const prefetch_span ahead = lines_ahead(batch, size * record_bytes);
+      __m512 units[vectors / 2]; // lane: a unit of a row, the rows in order
+      for (std::size_t v = 0; v < vectors; v += 2) {
+        prefetch_part(ahead, v / 2, vectors / 2);
+        const __m512i a = row_sums(load_rows.template operator()<Full>(batch, size, v));
+        const __m512i b = row_sums(load_rows.template operator()<Full>(batch, size, v + 1));
+        const __m512i unit_sums =
+            _mm512_add_epi32(_mm512_permutex2var_epi32(a, evens, b), _mm512_permutex2var_epi32(a, odds, b));
+        units[v / 2] = _mm512_mul_ps(_mm512_cvtepi32_ps(unit_sums), unit_scales);
+      }
+      for (std::size_t live = vectors / 2; live > 1; live /= 2)
+        for (std::size_t i = 0; i < live / 2; ++i) units[i] = add_pairs(units[2 * i], units[2 * i + 1]);
+      _mm512_mask_storeu_ps(scores + first, static_cast<__mmask16>((1u << size) - 1),
+                            _mm512_sub_ps(units[0], offset_term));
+    };
+    const bool packed = record_bytes == CodeBytes;
+    for (std::size_t first = 0; first < count; first += token_lanes) {
+      if (packed && count - first >= token_lanes)
+        run_batch.template operator()<true>(first);
+      else
+        run_batch.template operator()<false>(first);
+    }
+  }
+  // One head's query sliced and its rows run; false (nothing written) if the query is not
+  // finite. One head only: the kernel decodes a row for each head, and for two or more
+  // heads the token-lane kernel, which decodes once for all, measured faster (2-bit
+  // blocks of 32 rows in L2, 2 heads, Zen 5: 4.6 against 4.3 ns per row).
+  static bool try_row_lanes(const record_format& f, const float* query, const std::uint8_t* records, std::size_t count,
+                            float* scores) noexcept {
+    const auto run = [&]<std::size_t CodeBytes>() {
+      lane_query sliced;
+      if (!slice_lane_query<CodeBytes>(f, query, sliced)) return false;
+      dot_row_lanes<CodeBytes>(f, sliced, records, count, scores);
+      return true;
+    };
+    if (f.head_dim == 64) return run.template operator()<16>();
+    if (f.head_dim == 128) return run.template operator()<32>();
+    return run.template operator()<64>();
+  }
+
   // Where integer dots measured faster: 4- and 8-bit codes with per-token parameters. 2-bit
   // codes measured the same as their pair tables (so they keep those, in floats); KIVI's
   // per-channel blocks (no parameters per token) would slice the query once per block of 32
@@ -1610,6 +1776,12 @@ struct kernels {
                                const std::uint8_t* records, std::size_t count, float* scores,
                                std::size_t stride) noexcept {
     if constexpr (is_avx512) {
+      if (row_lanes_fit(f))
+        return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+          const float* pass_queries = queries + h * f.head_dim;
+          if (H > 1 || !try_row_lanes(f, pass_queries, records, count, scores + h * stride))
+            dot_records(f, pass_queries, H, records, count, scores + h * stride, stride);
+        });
       if (integer_dots_pay(f)) {
         const std::size_t n = f.head_dim;
         return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
@@ -2117,6 +2289,36 @@ struct kernels {
     }
   }
 
+  // dot_channel_blocks of the isa::avx512_vnni table: 2-bit rows of passes of one head in
+  // row lanes, each block's folded query sliced, as dot_records_vnni runs them block by
+  // block; other rows and passes as dot_channel_blocks.
+  static void dot_channel_blocks_vnni(const record_format& f, const channel_block* blocks, std::size_t count,
+                                      unsigned per_channel, bool params_f32, const float* queries, std::size_t heads,
+                                      float* scores, std::size_t stride) noexcept {
+    if constexpr (is_avx512)
+      if (row_lanes_fit(f)) {
+        const std::size_t n = f.head_dim;
+        return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+          const float* query = queries + h * n;
+          if constexpr (H > 1) {
+            dot_channel_blocks(f, blocks, count, per_channel, params_f32, query, H, scores + h * stride, stride);
+          } else {
+            alignas(64) float scaled[256]; // row_lanes_fit: head_dim <= 256
+            float zero_term;
+            for (std::size_t b = 0; b < count; ++b) {
+              const channel_block& block = blocks[b];
+              float* block_scores = scores + h * stride + block.first;
+              fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
+              if (!try_row_lanes(f, scaled, block.rows, block.count, block_scores))
+                dot_records(f, scaled, 1, block.rows, block.count, block_scores, stride);
+              scalar::add_zero_terms(&zero_term, 1, block.count, block_scores, stride);
+            }
+          }
+        });
+      }
+    dot_channel_blocks(f, blocks, count, per_channel, params_f32, queries, heads, scores, stride);
+  }
+
   // The vector conversion rounds to nearest even as float_to_half_bits does; only NaN
   // payloads differ (the reference makes every NaN sign | 0x7e00), so a vector holding a
   // NaN is converted element by element.
@@ -2198,7 +2400,7 @@ struct kernels {
             .axpy_records = &axpy_records,
             .axpy_records_fixed = instruction_set == isa::avx512_vnni ? &axpy_records_fixed : nullptr,
             .fold_channel_params = &fold_channel_params,
-            .dot_channel_blocks = &dot_channel_blocks,
+            .dot_channel_blocks = instruction_set == isa::avx512_vnni ? &dot_channel_blocks_vnni : &dot_channel_blocks,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
             .axpy_f32 = &axpy_row<&load_f32, 4, &scalar::load_f32>,
             .dot_f16 = &dot_row<&load_f16, 2, &scalar::load_f16>,
