@@ -1763,15 +1763,16 @@ struct kernels {
     return run.template operator()<64>();
   }
 
-  // Where integer dots measured faster: 4- and 8-bit codes with per-token parameters. 2-bit
-  // codes measured the same as their pair tables (so they keep those, in floats); KIVI's
-  // per-channel blocks (no parameters per token) would slice the query once per block of 32
-  // tokens, which at GQA 4 cost more than it saved (31-35 against 43 ns per token).
+  // Where integer dots in token lanes measured faster: 4- and 8-bit codes with per-token
+  // parameters. 2-bit codes with parameters measured the same as their pair tables (so
+  // they keep those, in floats); 2-bit rows without them (KIVI's per-channel blocks) take
+  // row lanes for one head (above), and for more the float kernel: slicing the query once
+  // per block of 32 tokens for each head costs more than it saves there.
   static bool integer_dots_pay(const record_format& f) noexcept {
     return token_lanes_fit(f) && f.bits >= 4 && f.params_per_group > 0;
   }
-  // dot_records with integer dots where they pay (the isa::avx512_vnni table); other
-  // formats, and queries that are not finite, take dot_records.
+  // dot_records with integer dots where they pay (the isa::avx512_vnni table): row lanes
+  // or token lanes; other formats, and queries that are not finite, take dot_records.
   static void dot_records_vnni(const record_format& f, const float* queries, std::size_t heads,
                                const std::uint8_t* records, std::size_t count, float* scores,
                                std::size_t stride) noexcept {
