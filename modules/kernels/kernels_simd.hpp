@@ -1261,6 +1261,11 @@ struct kernels {
     }
   }
 
+  // fp16 parameter k of dwords holding two each, the first in the low half, as floats.
+  static __m512 fp16_parameter(const __m512i* dwords, std::size_t k) noexcept {
+    const __m512i dword = k % 2 == 0 ? dwords[k / 2] : _mm512_srli_epi32(dwords[k / 2], 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dword));
+  }
   // Every parameter of a batch of records, one vector each (lanes past the batch: 0),
   // loaded when the batch starts so that the loads' latency overlaps the codes' work. Two
   // fp16 parameters share a dword, the first in its low half.
@@ -1270,12 +1275,7 @@ struct kernels {
     const std::size_t param_bytes = param_count * (f.params_f32 ? 4 : 2);
     load_dword_columns(batch + f.code_bytes(), f.record_bytes, size, param_bytes, dwords);
     for (std::size_t p = 0; p < param_count; ++p) {
-      if (f.params_f32) {
-        out[p] = _mm512_castsi512_ps(dwords[p]);
-        continue;
-      }
-      const __m512i dword = p % 2 == 0 ? dwords[p / 2] : _mm512_srli_epi32(dwords[p / 2], 16);
-      out[p] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dword));
+      out[p] = f.params_f32 ? _mm512_castsi512_ps(dwords[p]) : fp16_parameter(dwords, p);
     }
   }
 
@@ -1475,6 +1475,23 @@ struct kernels {
     alignas(64) std::int8_t bytes[query_slices][max_head_dim];
     float unit_scales[max_units]; // s / 2^14: one unit's integer sum times it is its dot
   };
+  // A unit's step s and its inverse 127 / max |q| (0 for a zero unit), per lane, as the
+  // slicing uses them: q1 = round(q / s), q2 = round(rest * 2^7 / s), q3 = round(rest * 2^14 / s).
+  struct slice_factors {
+    __m512 inverses[query_slices];
+    __m512 steps[query_slices - 1];
+  };
+  static slice_factors slice_factors_of(__m512 step, __m512 inverse) noexcept {
+    return {{inverse, _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p7f)), _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p14f))},
+            {step, _mm512_mul_ps(step, _mm512_set1_ps(0x1p-7f))}};
+  }
+  // 16 query elements split into their slices, as 32-bit integers.
+  static void split_into_slices(__m512 rest, const slice_factors& factors, __m512i (&slices)[query_slices]) noexcept {
+    for (std::size_t p = 0; p < query_slices; ++p) {
+      slices[p] = _mm512_cvtps_epi32(_mm512_mul_ps(rest, factors.inverses[p])); // to nearest
+      if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(slices[p]), factors.steps[p], rest);
+    }
+  }
   // 8- or 4-bit codes. False if an element of the query is not finite (its dot is then the
   // float kernels').
   static bool slice_query(const record_format& f, const float* query, sliced_query& out) noexcept {
@@ -1487,17 +1504,13 @@ struct kernels {
       // Below 1e-30 the unit counts as zero: 127 / m and its multiples stay finite.
       const float s = m >= 1e-30f ? m / 127.0f : 0.0f, inverse = s > 0.0f ? 127.0f / m : 0.0f;
       out.unit_scales[u] = s * 0x1p-14f;
-      const __m512 steps[query_slices - 1] = {_mm512_set1_ps(s), _mm512_set1_ps(s * 0x1p-7f)};
-      const __m512 inverses[query_slices] = {_mm512_set1_ps(inverse), _mm512_set1_ps(inverse * 0x1p7f),
-                                             _mm512_set1_ps(inverse * 0x1p14f)};
+      const slice_factors factors = slice_factors_of(_mm512_set1_ps(s), _mm512_set1_ps(inverse));
       for (std::size_t c = 0; c < unit; c += 16) {
         const __mmask16 lanes = static_cast<__mmask16>(unit - c >= 16 ? 0xffff : (1u << (unit - c)) - 1);
-        __m512 rest = _mm512_maskz_loadu_ps(lanes, q + c);
-        for (std::size_t p = 0; p < query_slices; ++p) {
-          const __m512i slice = _mm512_cvtps_epi32(_mm512_mul_ps(rest, inverses[p])); // to nearest
-          _mm512_mask_cvtepi32_storeu_epi8(natural[p] + u * unit + c, lanes, slice);
-          if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(slice), steps[p], rest);
-        }
+        __m512i slices[query_slices];
+        split_into_slices(_mm512_maskz_loadu_ps(lanes, q + c), factors, slices);
+        for (std::size_t p = 0; p < query_slices; ++p)
+          _mm512_mask_cvtepi32_storeu_epi8(natural[p] + u * unit + c, lanes, slices[p]);
       }
     }
     // Code order: bytes as they are for 8-bit codes; for 4-bit codes the even bytes (low
@@ -1651,17 +1664,14 @@ struct kernels {
       _mm512_store_ps(steps, step);
       out.unit_scales[2 * g] = steps[0] * 0x1p-14f;
       out.unit_scales[2 * g + 1] = steps[8] * 0x1p-14f;
-      const __m512 slice_steps[query_slices - 1] = {step, _mm512_mul_ps(step, _mm512_set1_ps(0x1p-7f))};
-      const __m512 slice_inverses[query_slices] = {inverse, _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p7f)),
-                                                   _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p14f))};
+      const slice_factors factors = slice_factors_of(step, inverse);
       for (std::size_t k = 0; k < 4; ++k) {
-        __m512 rest = _mm512_castsi512_ps(columns[k]);
+        __m512i slices[query_slices];
+        split_into_slices(_mm512_castsi512_ps(columns[k]), factors, slices);
         for (std::size_t p = 0; p < query_slices; ++p) {
-          const __m512i slice = _mm512_cvtps_epi32(_mm512_mul_ps(rest, slice_inverses[p])); // to nearest
-          const __m128i bytes = _mm512_cvtepi32_epi8(slice);
+          const __m128i bytes = _mm512_cvtepi32_epi8(slices[p]);
           for (std::size_t row = 0; row < 64; row += code_bytes)
             _mm_store_si128(reinterpret_cast<__m128i*>(out.bytes[k][p] + row + 16 * g), bytes);
-          if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(slice), slice_steps[p], rest);
         }
       }
     }
@@ -1875,10 +1885,6 @@ struct kernels {
         load_dword_columns(records + (first + 16 * b) * record_bytes + code_bytes, record_bytes,
                            std::min<std::size_t>(16, size - 16 * b), 2 * params, chunk_params[b]);
     };
-    const auto parameter = [&](std::size_t b, std::size_t k) __attribute__((always_inline)) {
-      const __m512i dword = chunk_params[b][k / 2];
-      return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(k % 2 == 1 ? _mm512_srli_epi32(dword, 16) : dword));
-    };
     // F (and Z) of batch b's 16 tokens into slices (and pairs).
     const auto fix_batch = [&](std::size_t first, std::size_t size, std::size_t b) __attribute__((always_inline)) {
       const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
@@ -1889,13 +1895,15 @@ struct kernels {
       };
       for (std::size_t g = 0; g < groups; ++g) {
         const float* grids = grid + g * per_group;
-        const __m512 x = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[0])), parameter(b, g * per_group));
+        const __m512 x =
+            _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[0])), fp16_parameter(chunk_params[b], g * per_group));
         const __m512i fixed = _mm512_cvt_roundps_epu32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         add_lanes(weight_lanes[g], _mm512_cvtepu32_epi64(_mm512_castsi512_si256(fixed)),
                   _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(fixed, 1)));
         _mm512_store_si512(slices[g][b], _mm512_shuffle_epi8(fixed, by_byte));
         if (per_group == 2) {
-          const __m512 z = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[1])), parameter(b, g * per_group + 1));
+          const __m512 z = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[1])),
+                                         fp16_parameter(chunk_params[b], g * per_group + 1));
           const __m512i zero = _mm512_cvt_roundps_epi32(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
           add_lanes(zero_lanes[g], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(zero)),
                     _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(zero, 1)));
