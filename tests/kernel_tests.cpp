@@ -576,9 +576,10 @@ BOOST_AUTO_TEST_CASE(simd_channel_parameter_folds_match_scalar) {
 BOOST_AUTO_TEST_CASE(channel_blocks_equal_folds_and_dots_block_by_block) {
   // One call over a stream's per-channel blocks (KIVI's keys) must give, bit for bit, what
   // fold_channel_params, dot_records and adding the zero terms give block by block, on
-  // every table: 2-, 4- and 8-bit rows, head_dim 64, 96 (no compile-time shape) and 128,
-  // fp16 and f32 parameters, one or two per channel, 1 to 9 heads, full blocks, short ones
-  // (eviction), a block split in two runs (pages), misaligned rows.
+  // every table: 2-, 4- and 8-bit rows, head_dim 64, 96 (no compile-time shape), 128 and
+  // 256, fp16 and f32 parameters, one or two per channel, 1 to 9 heads, full blocks, short
+  // ones (eviction), a block split in two runs (pages), misaligned rows; and, bit for bit
+  // (the float kernels' infinities and NaNs), a query with an infinite element.
   random_bytes random;
   std::vector<kvlab::isa> isas{kvlab::isa::scalar};
   for (const auto isa : simd_isas()) isas.push_back(isa);
@@ -586,63 +587,68 @@ BOOST_AUTO_TEST_CASE(channel_blocks_equal_folds_and_dots_block_by_block) {
   for (const auto isa : isas) {
     const auto& kernels = kvlab::kernels_for(isa);
     for (const unsigned bits : {2u, 4u, 8u})
-      for (const std::size_t n : {64u, 96u, 128u})
+      for (const std::size_t n : {64u, 96u, 128u, 256u})
         for (const unsigned per_channel : {1u, 2u})
           for (const bool params_f32 : {false, true})
-            for (const std::size_t heads : {1u, 2u, 4u, 5u, 9u}) {
-              BOOST_TEST_CONTEXT(kvlab::isa_name(isa)
-                                 << " bits " << bits << " n " << n << " per_channel " << per_channel
-                                 << (params_f32 ? " f32" : " f16") << " heads " << heads) {
-                const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
-                                             .record_bytes = n * bits / 8,
-                                             .head_dim = n,
-                                             .group_channels = n,
-                                             .bits = bits,
-                                             .params_per_group = 0,
-                                             .offset =
-                                                 per_channel == 2 ? 0.0f : static_cast<float>((1u << (bits - 1)) - 1)};
-                std::size_t rows = 0;
-                for (const std::size_t count : block_rows) rows += count;
-                const auto codes = random(1 + rows * f.record_bytes);
-                const std::size_t param_bytes = n * per_channel * (params_f32 ? 4 : 2);
-                std::vector<std::uint8_t> params(block_rows.size() * param_bytes);
-                for (std::size_t i = 0; i < params.size() / (params_f32 ? 4 : 2); ++i) {
-                  const float value = static_cast<float>(random.random.normal());
-                  const std::uint16_t half = kvlab::float_to_half_bits(value);
-                  std::memcpy(params.data() + i * (params_f32 ? 4 : 2),
-                              params_f32 ? static_cast<const void*>(&value) : static_cast<const void*>(&half),
-                              params_f32 ? 4 : 2);
-                }
-                // the fourth block lies in two runs of storage: two entries, the same parameters
-                std::vector<kvlab::channel_block> blocks;
-                for (std::size_t b = 0, first = 0; b < block_rows.size(); first += block_rows[b++]) {
-                  const std::uint8_t* block_params = params.data() + b * param_bytes;
-                  const std::uint8_t* block_codes = codes.data() + 1 + first * f.record_bytes;
-                  if (b == 3) {
-                    blocks.push_back({block_params, block_codes, first, 20});
-                    blocks.push_back({block_params, block_codes + 20 * f.record_bytes, first + 20, 12});
-                  } else {
-                    blocks.push_back({block_params, block_codes, first, block_rows[b]});
+            for (const std::size_t heads : {1u, 2u, 4u, 5u, 9u})
+              for (const bool finite : {true, false}) {
+                BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << " bits " << bits << " n " << n << " per_channel "
+                                                        << per_channel << (params_f32 ? " f32" : " f16") << " heads "
+                                                        << heads << (finite ? "" : " infinite query")) {
+                  const kvlab::record_format f{.kind = kvlab::element_kind::affine_codes,
+                                               .record_bytes = n * bits / 8,
+                                               .head_dim = n,
+                                               .group_channels = n,
+                                               .bits = bits,
+                                               .params_per_group = 0,
+                                               .offset = per_channel == 2 ? 0.0f
+                                                                          : static_cast<float>((1u << (bits - 1)) - 1)};
+                  std::size_t rows = 0;
+                  for (const std::size_t count : block_rows) rows += count;
+                  const auto codes = random(1 + rows * f.record_bytes);
+                  const std::size_t param_bytes = n * per_channel * (params_f32 ? 4 : 2);
+                  std::vector<std::uint8_t> params(block_rows.size() * param_bytes);
+                  for (std::size_t i = 0; i < params.size() / (params_f32 ? 4 : 2); ++i) {
+                    const float value = static_cast<float>(random.random.normal());
+                    const std::uint16_t half = kvlab::float_to_half_bits(value);
+                    std::memcpy(params.data() + i * (params_f32 ? 4 : 2),
+                                params_f32 ? static_cast<const void*>(&value) : static_cast<const void*>(&half),
+                                params_f32 ? 4 : 2);
                   }
+                  // the fourth block lies in two runs of storage: two entries, the same parameters
+                  std::vector<kvlab::channel_block> blocks;
+                  for (std::size_t b = 0, first = 0; b < block_rows.size(); first += block_rows[b++]) {
+                    const std::uint8_t* block_params = params.data() + b * param_bytes;
+                    const std::uint8_t* block_codes = codes.data() + 1 + first * f.record_bytes;
+                    if (b == 3) {
+                      blocks.push_back({block_params, block_codes, first, 20});
+                      blocks.push_back({block_params, block_codes + 20 * f.record_bytes, first + 20, 12});
+                    } else {
+                      blocks.push_back({block_params, block_codes, first, block_rows[b]});
+                    }
+                  }
+                  auto queries = random.floats(heads * n);
+                  if (!finite) queries[(heads - 1) * n + 5] = -std::numeric_limits<float>::infinity();
+                  const std::size_t stride = rows + 3;
+                  std::vector<float> whole(heads * stride, -7.0f), by_block = whole;
+                  kernels.dot_channel_blocks(f, blocks.data(), blocks.size(), per_channel, params_f32, queries.data(),
+                                             heads, whole.data(), stride);
+                  std::vector<float> scaled(heads * n), zero_terms(heads);
+                  for (const auto& block : blocks) {
+                    kernels.fold_channel_params(block.params, n, per_channel, params_f32, queries.data(), heads,
+                                                scaled.data(), zero_terms.data());
+                    kernels.dot_records(f, scaled.data(), heads, block.rows, block.count, by_block.data() + block.first,
+                                        stride);
+                    for (std::size_t h = 0; h < heads; ++h)
+                      for (std::size_t t = 0; t < block.count; ++t)
+                        by_block[h * stride + block.first + t] += zero_terms[h];
+                  }
+                  if (finite)
+                    BOOST_TEST(whole == by_block, boost::test_tools::per_element());
+                  else
+                    BOOST_TEST(std::memcmp(whole.data(), by_block.data(), 4 * whole.size()) == 0);
                 }
-                const auto queries = random.floats(heads * n);
-                const std::size_t stride = rows + 3;
-                std::vector<float> whole(heads * stride, -7.0f), by_block = whole;
-                kernels.dot_channel_blocks(f, blocks.data(), blocks.size(), per_channel, params_f32, queries.data(),
-                                           heads, whole.data(), stride);
-                std::vector<float> scaled(heads * n), zero_terms(heads);
-                for (const auto& block : blocks) {
-                  kernels.fold_channel_params(block.params, n, per_channel, params_f32, queries.data(), heads,
-                                              scaled.data(), zero_terms.data());
-                  kernels.dot_records(f, scaled.data(), heads, block.rows, block.count, by_block.data() + block.first,
-                                      stride);
-                  for (std::size_t h = 0; h < heads; ++h)
-                    for (std::size_t t = 0; t < block.count; ++t)
-                      by_block[h * stride + block.first + t] += zero_terms[h];
-                }
-                BOOST_TEST(whole == by_block, boost::test_tools::per_element());
               }
-            }
   }
 }
 

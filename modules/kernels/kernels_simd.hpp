@@ -1485,11 +1485,17 @@ struct kernels {
     return {{inverse, _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p7f)), _mm512_mul_ps(inverse, _mm512_set1_ps(0x1p14f))},
             {step, _mm512_mul_ps(step, _mm512_set1_ps(0x1p-7f))}};
   }
-  // 16 query elements split into their slices, as 32-bit integers.
+  // 16 query elements split into their slices: slice p of an element is the low byte of
+  // dword lane of slices[p] (the upper bytes are not the slice's sign extension). Adding
+  // 1.5 * 2^23 rounds rest / s to an integer in one multiply-add and leaves it in the low
+  // mantissa bits (two's complement, as |slice| < 2^22); subtracting it again gives the
+  // slice as a float, exactly: 7 operations per slicing against 10 with conversions.
   static void split_into_slices(__m512 rest, const slice_factors& factors, __m512i (&slices)[query_slices]) noexcept {
+    const __m512 magic = _mm512_set1_ps(0x1.8p23f);
     for (std::size_t p = 0; p < query_slices; ++p) {
-      slices[p] = _mm512_cvtps_epi32(_mm512_mul_ps(rest, factors.inverses[p])); // to nearest
-      if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(slices[p]), factors.steps[p], rest);
+      const __m512 rounded = _mm512_fmadd_ps(rest, factors.inverses[p], magic); // to nearest
+      slices[p] = _mm512_castps_si512(rounded);
+      if (p + 1 < query_slices) rest = _mm512_fnmadd_ps(_mm512_sub_ps(rounded, magic), factors.steps[p], rest);
     }
   }
   // 8- or 4-bit codes. False if an element of the query is not finite (its dot is then the
@@ -1637,46 +1643,144 @@ struct kernels {
     return is_avx512 && f.kind == element_kind::affine_codes && f.bits == 2 && f.params_per_group == 0 &&
            (f.head_dim == 64 || f.head_dim == 128 || f.head_dim == 256);
   }
-  // False if an element of the query is not finite (its dot is then the float kernels').
-  // Each unit's maximum is taken from the transposed vectors themselves: every lane of a
-  // unit's half of the vector ends up holding it, so no per-unit broadcasts are needed.
+  // A query's elements per 64 channels, transposed: columns[g][k] holds, in lane j, the
+  // element of channel 64 g + 4 j + k (the code at bits 2k of row byte 16 g + j), so its
+  // lanes are the channels of 16 consecutive row bytes, 8 from each of two units.
   template <std::size_t CodeBytes>
-  static bool slice_lane_query(const record_format& f, const float* query, lane_query& out) noexcept {
-    constexpr std::size_t n = 4 * CodeBytes, code_bytes = CodeBytes, units = n / 32;
-    const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max()), tiny = _mm512_set1_ps(1e-30f);
-    alignas(64) float steps[16];
-    // 16 row bytes (64 channels: units 2 g and 2 g + 1, lanes 0-7 and 8-15) at a time: the
-    // 16 x 4 elements transposed into one vector per code position, then sliced.
-    for (std::size_t g = 0; g < code_bytes / 16; ++g) {
+  struct lane_columns {
+    __m512 columns[CodeBytes / 16][4];
+  };
+  template <std::size_t CodeBytes>
+  static lane_columns<CodeBytes> transposed_query(const float* query) noexcept {
+    lane_columns<CodeBytes> out;
+    for (std::size_t g = 0; g < CodeBytes / 16; ++g) {
       __m512i rows[4], columns[4];
       for (std::size_t i = 0; i < 4; ++i) rows[i] = _mm512_castps_si512(_mm512_loadu_ps(query + 64 * g + 16 * i));
       transpose_16x4(rows, 4, columns);
-      __m512 m = _mm512_abs_ps(_mm512_castsi512_ps(columns[0]));
-      for (std::size_t k = 1; k < 4; ++k) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_castsi512_ps(columns[k])));
+      for (std::size_t k = 0; k < 4; ++k) out.columns[g][k] = _mm512_castsi512_ps(columns[k]);
+    }
+    return out;
+  }
+  // A transposed query (after any fold) sliced into `out`; false if an element is not
+  // finite (its dot is then the float kernels'). Each unit's maximum is taken from the
+  // columns themselves: every lane of a unit's half ends up holding it, so no per-unit
+  // broadcasts are needed. The slices' low bytes (split_into_slices) of every 64 channels
+  // are then gathered into rows by one byte permute per code position and slice.
+  template <std::size_t CodeBytes>
+  __attribute__((always_inline, target("avx512vbmi"))) static bool slice_lane_columns(const lane_columns<CodeBytes>& q,
+                                                                                      lane_query& out) noexcept {
+    constexpr std::size_t groups = CodeBytes / 16; // of 64 channels
+    const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max()), tiny = _mm512_set1_ps(1e-30f);
+    __m512 steps[groups];
+    slice_factors factors[groups];
+    for (std::size_t g = 0; g < groups; ++g) {
+      __m512 m = _mm512_abs_ps(q.columns[g][0]);
+      for (std::size_t k = 1; k < 4; ++k) m = _mm512_max_ps(m, _mm512_abs_ps(q.columns[g][k]));
       m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1))); // within each half of 8 lanes
       m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
       m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
       if (_mm512_cmp_ps_mask(m, largest, _CMP_LE_OQ) != 0xffff) return false; // NaN or infinite
       // As slice_query: below 1e-30 a unit counts as zero.
       const __mmask16 nonzero = _mm512_cmp_ps_mask(m, tiny, _CMP_GE_OQ);
-      const __m512 step = _mm512_maskz_div_ps(nonzero, m, _mm512_set1_ps(127.0f));
-      const __m512 inverse = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), m);
-      _mm512_store_ps(steps, step);
-      out.unit_scales[2 * g] = steps[0] * 0x1p-14f;
-      out.unit_scales[2 * g + 1] = steps[8] * 0x1p-14f;
-      const slice_factors factors = slice_factors_of(step, inverse);
-      for (std::size_t k = 0; k < 4; ++k) {
-        __m512i slices[query_slices];
-        split_into_slices(_mm512_castsi512_ps(columns[k]), factors, slices);
-        for (std::size_t p = 0; p < query_slices; ++p) {
-          const __m128i bytes = _mm512_cvtepi32_epi8(slices[p]);
-          for (std::size_t row = 0; row < 64; row += code_bytes)
-            _mm_store_si128(reinterpret_cast<__m128i*>(out.bytes[k][p] + row + 16 * g), bytes);
+      steps[g] = _mm512_maskz_div_ps(nonzero, m, _mm512_set1_ps(127.0f));
+      factors[g] = slice_factors_of(steps[g], _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), m));
+    }
+    // Byte b of a row vector: channel 4 j + k, j = b % code_bytes, which is lane j % 16 of
+    // group j / 16's column k (byte 4 j of a table of two groups).
+    alignas(64) std::uint8_t picks[64];
+    for (std::size_t b = 0; b < 64; ++b)
+      picks[b] = static_cast<std::uint8_t>(4 * (b % std::min<std::size_t>(CodeBytes, 32)));
+    __m512i pick = _mm512_load_si512(picks);
+    asm("" : "+v"(pick)); // kept opaque: clang turns a known byte permute into 4 other shuffles
+    for (std::size_t k = 0; k < 4; ++k) {
+      __m512i slices[groups][query_slices];
+      for (std::size_t g = 0; g < groups; ++g) split_into_slices(q.columns[g][k], factors[g], slices[g]);
+      for (std::size_t p = 0; p < query_slices; ++p) {
+        __m512i bytes;
+        if constexpr (groups == 1) {
+          bytes = _mm512_permutexvar_epi8(pick, slices[0][p]);
+        } else {
+          bytes = _mm512_permutex2var_epi8(slices[0][p], pick, slices[1][p]);
+          if constexpr (groups == 4) // bytes 32-63 from groups 2 and 3
+            bytes = _mm512_mask_blend_epi8(~__mmask64{0} << 32, bytes,
+                                           _mm512_permutex2var_epi8(slices[2][p], pick, slices[3][p]));
         }
+        _mm512_store_si512(out.bytes[k][p], bytes);
       }
     }
-    for (std::size_t l = units; l < token_lanes; ++l) out.unit_scales[l] = out.unit_scales[l % units];
-    out.offset_term = f.offset != 0.0f ? f.offset * std::accumulate(query, query + n, 0.0f) : 0.0f;
+    // Lane l: unit l % units, whose step is lane 8 (u % 2) of group u / 2's steps.
+    alignas(64) std::int32_t units_of_lanes[16];
+    constexpr std::size_t units = 2 * groups;
+    for (std::size_t l = 0; l < 16; ++l)
+      units_of_lanes[l] = static_cast<std::int32_t>(l % units % 4 / 2 * 16 + l % 2 * 8);
+    const __m512i unit_lanes = _mm512_load_si512(units_of_lanes);
+    __m512 unit_steps;
+    if constexpr (groups == 1) {
+      unit_steps = _mm512_permutexvar_ps(unit_lanes, steps[0]);
+    } else {
+      unit_steps = _mm512_permutex2var_ps(steps[0], unit_lanes, steps[1]);
+      if constexpr (groups == 4) // units 4-7 from groups 2 and 3
+        unit_steps = _mm512_mask_blend_ps(0xf0f0, unit_steps, _mm512_permutex2var_ps(steps[2], unit_lanes, steps[3]));
+    }
+    _mm512_store_ps(out.unit_scales, _mm512_mul_ps(unit_steps, _mm512_set1_ps(0x1p-14f)));
+    return true;
+  }
+  template <std::size_t CodeBytes>
+  __attribute__((target("avx512vbmi"))) static bool slice_lane_query(const record_format& f, const float* query,
+                                                                     lane_query& out) noexcept {
+    if (!slice_lane_columns<CodeBytes>(transposed_query<CodeBytes>(query), out)) return false;
+    out.offset_term = f.offset != 0.0f ? f.offset * std::accumulate(query, query + 4 * CodeBytes, 0.0f) : 0.0f;
+    return true;
+  }
+  // fold_channel_params (KIVI's layout: fp16 scale and zero of a channel in the low and
+  // high half of a dword, no offset) and slice_lane_query in one, for a query transposed
+  // once for all blocks: the same scaled query, slices and zero term. The scales are
+  // gathered into the query's transposed order by word permutes (4 per 64 channels, in
+  // place of transposing the scaled query: 8), the zeros in channel order as the fold adds
+  // them. False (nothing written) if the folded query is not finite.
+  template <std::size_t CodeBytes>
+  __attribute__((target("avx512vbmi"))) static bool
+  fold_and_slice_lane_query(const std::uint8_t* params, const float* query, const lane_columns<CodeBytes>& columns,
+                            lane_query& out, float& zero_term) noexcept {
+    constexpr std::size_t groups = CodeBytes / 16;
+    // Word w of: the zeros of 32 channels (their parameters' odd words); a half group's
+    // scales in transposed order (8 k + j: channel 4 j + k, j < 8); and two code positions'
+    // scales of a group from its halves' (16 k + j, k < 2, the second half's for j >= 8).
+    alignas(64) std::int16_t words[4][32];
+    for (std::size_t w = 0; w < 32; ++w) {
+      const std::size_t k = w / 8 % 4, j = w % 8, k2 = w / 16, j2 = w % 16;
+      words[0][w] = static_cast<std::int16_t>(2 * w + 1);
+      words[1][w] = static_cast<std::int16_t>(2 * (4 * j + k));
+      words[2][w] = static_cast<std::int16_t>((j2 >= 8 ? 32 : 0) + 8 * k2 + j2 % 8);
+      words[3][w] = static_cast<std::int16_t>((j2 >= 8 ? 32 : 0) + 8 * (k2 + 2) + j2 % 8);
+    }
+    const __m512i zero_words = _mm512_load_si512(words[0]), half_scales = _mm512_load_si512(words[1]);
+    const __m512i first_two = _mm512_load_si512(words[2]), last_two = _mm512_load_si512(words[3]);
+    lane_columns<CodeBytes> scaled;
+    floats zero_sum(0.0f);
+    for (std::size_t g = 0; g < groups; ++g) {
+      __m512i halves[2];
+      for (std::size_t half = 0; half < 2; ++half) {
+        const std::size_t c = 64 * g + 32 * half;
+        const __m512i first = _mm512_loadu_si512(params + 4 * c), second = _mm512_loadu_si512(params + 4 * c + 64);
+        halves[half] = _mm512_permutex2var_epi16(first, half_scales, second);
+        const __m512i zeros = _mm512_permutex2var_epi16(first, zero_words, second);
+        zero_sum =
+            fmadd(floats::load_unaligned(query + c), floats(_mm512_cvtph_ps(_mm512_castsi512_si256(zeros))), zero_sum);
+        zero_sum = fmadd(floats::load_unaligned(query + c + 16),
+                         floats(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(zeros, 1))), zero_sum);
+      }
+      const __m512i pairs[2] = {_mm512_permutex2var_epi16(halves[0], first_two, halves[1]),
+                                _mm512_permutex2var_epi16(halves[0], last_two, halves[1])};
+      for (std::size_t k = 0; k < 4; ++k) {
+        const __m256i scales =
+            k % 2 == 0 ? _mm512_castsi512_si256(pairs[k / 2]) : _mm512_extracti64x4_epi64(pairs[k / 2], 1);
+        scaled.columns[g][k] = _mm512_mul_ps(columns.columns[g][k], _mm512_cvtph_ps(scales));
+      }
+    }
+    if (!slice_lane_columns<CodeBytes>(scaled, out)) return false;
+    out.offset_term = 0.0f;
+    zero_term = xsimd::hadd(zero_sum);
     return true;
   }
   // scores[t] = query . (row t's codes - offset) for the sliced query; CodeBytes =
@@ -1760,17 +1864,21 @@ struct kernels {
   // finite. One head only: the kernel decodes a row for each head, and for two or more
   // heads the token-lane kernel, which decodes once for all, measured faster (2-bit
   // blocks of 32 rows in L2, 2 heads, Zen 5: 4.6 against 4.3 ns per row).
+  // f's shape for the row-lane kernels (row_lanes_fit): CodeBytes = head_dim / 4.
+  template <class Run>
+  static bool with_lane_shape(const record_format& f, Run&& run) {
+    if (f.head_dim == 64) return run.template operator()<16>();
+    if (f.head_dim == 128) return run.template operator()<32>();
+    return run.template operator()<64>();
+  }
   static bool try_row_lanes(const record_format& f, const float* query, const std::uint8_t* records, std::size_t count,
                             float* scores) noexcept {
-    const auto run = [&]<std::size_t CodeBytes>() {
+    return with_lane_shape(f, [&]<std::size_t CodeBytes>() {
       lane_query sliced;
       if (!slice_lane_query<CodeBytes>(f, query, sliced)) return false;
       dot_row_lanes<CodeBytes>(f, sliced, records, count, scores);
       return true;
-    };
-    if (f.head_dim == 64) return run.template operator()<16>();
-    if (f.head_dim == 128) return run.template operator()<32>();
-    return run.template operator()<64>();
+    });
   }
 
   // Where integer dots in token lanes measured faster: 4- and 8-bit codes with per-token
@@ -2312,16 +2420,34 @@ struct kernels {
           if constexpr (H > 1) {
             dot_channel_blocks(f, blocks, count, per_channel, params_f32, query, H, scores + h * stride, stride);
           } else {
-            alignas(64) float scaled[256]; // row_lanes_fit: head_dim <= 256
-            float zero_term;
-            for (std::size_t b = 0; b < count; ++b) {
-              const channel_block& block = blocks[b];
-              float* block_scores = scores + h * stride + block.first;
-              fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
-              if (!try_row_lanes(f, scaled, block.rows, block.count, block_scores))
-                dot_records(f, scaled, 1, block.rows, block.count, block_scores, stride);
-              scalar::add_zero_terms(&zero_term, 1, block.count, block_scores, stride);
-            }
+            // KIVI's parameters are folded and sliced in one (fold_and_slice_lane_query)
+            const bool fused = per_channel == 2 && !params_f32 && f.offset == 0.0f;
+            with_lane_shape(f, [&]<std::size_t CodeBytes>() {
+              alignas(64) float scaled[4 * CodeBytes];
+              const lane_columns<CodeBytes> columns = transposed_query<CodeBytes>(query);
+              for (std::size_t b = 0; b < count; ++b) {
+                const channel_block& block = blocks[b];
+                float* block_scores = scores + h * stride + block.first;
+                lane_query sliced;
+                float zero_term;
+                bool sliced_ok;
+                if (fused) {
+                  sliced_ok = fold_and_slice_lane_query<CodeBytes>(block.params, query, columns, sliced, zero_term);
+                } else {
+                  fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
+                  sliced_ok = slice_lane_query<CodeBytes>(f, scaled, sliced);
+                }
+                if (sliced_ok) {
+                  dot_row_lanes<CodeBytes>(f, sliced, block.rows, block.count, block_scores);
+                } else {
+                  if (fused)
+                    fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
+                  dot_records(f, scaled, 1, block.rows, block.count, block_scores, stride);
+                }
+                scalar::add_zero_terms(&zero_term, 1, block.count, block_scores, stride);
+              }
+              return true;
+            });
           }
         });
       }
