@@ -1966,9 +1966,19 @@ struct kernels {
     // dwords of pass p's two units side by side (32 l + 8 j).
     alignas(64) std::uint8_t slices[fixed_max_groups][fixed_chunk / 16][64];
     alignas(64) std::uint8_t pairs[Bits == 2 ? fixed_max_passes : 1][fixed_chunk / 16][128];
-    alignas(64) std::int32_t partial[fixed_max_passes][4][4][16];      // pass, code vector, byte j of F
-    alignas(64) std::uint64_t weight_lanes[fixed_max_groups][16] = {}; // sums of F per group, 16 lanes
-    alignas(64) std::int64_t zero_lanes[fixed_max_groups][16] = {};    // sums of Z per group
+    alignas(64) std::int32_t partial[fixed_max_passes][4][4][16]; // pass, code vector, byte j of F
+    // Per group, since the last flush: the sum of F and of Z + 2^31 (Z with its sign bit
+    // flipped, as unsigned) by byte, dword 4 l + j adding byte j of 4 tokens (vpdpbusd with ones: one
+    // instruction per group and 16 tokens), at most 2^11 * 4 * 255 < 2^31 per flush.
+    alignas(64) std::int32_t weight_bytes[fixed_max_groups][16], zero_bytes[fixed_max_groups][16];
+    std::uint64_t call_weight_sums[fixed_max_groups] = {};
+    std::int64_t call_zero_sums[fixed_max_groups] = {};
+    const auto sum_of_bytes = [](const std::int32_t* lanes) {
+      std::int64_t sum = 0;
+      for (std::size_t d = 0; d < 16; ++d) sum += std::int64_t{lanes[d]} << (8 * (d % 4));
+      return sum;
+    };
+    const __m512i ones = _mm512_set1_epi8(1), sign_bits = _mm512_set1_epi32(std::numeric_limits<std::int32_t>::min());
     alignas(64) std::uint8_t control[64], interleave[2][64];
     for (std::size_t k = 0; k < 64; ++k) control[k] = static_cast<std::uint8_t>(k / 16 * 16 + k % 4 * 4 + k % 16 / 4);
     // Dword m, byte k of vector v: record k's byte b of the pass's 32, from A = (r0 | r1),
@@ -1994,27 +2004,26 @@ struct kernels {
                            std::min<std::size_t>(16, size - 16 * b), 2 * params, chunk_params[b]);
     };
     // F (and Z) of batch b's 16 tokens into slices (and pairs).
-    const auto fix_batch = [&](std::size_t first, std::size_t size, std::size_t b) __attribute__((always_inline)) {
+    const auto fix_batch = [&](std::size_t first, std::size_t size,
+                               std::size_t b) __attribute__((always_inline, target("avx512vnni,avx512vbmi"))) {
       const __mmask16 valid = static_cast<__mmask16>((1u << std::min<std::size_t>(16, size - 16 * b)) - 1);
       const __m512 w = _mm512_maskz_loadu_ps(valid, weights + first + 16 * b);
-      const auto add_lanes = [](auto* lanes, __m512i widened_low, __m512i widened_high) {
-        _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_load_si512(lanes), widened_low));
-        _mm512_store_si512(lanes + 8, _mm512_add_epi64(_mm512_load_si512(lanes + 8), widened_high));
+      const auto add_bytes = [&](std::int32_t* lanes, __m512i x) __attribute__((always_inline, target("avx512vnni"))) {
+        _mm512_store_si512(lanes, _mm512_dpbusd_epi32(_mm512_load_si512(lanes), x, ones));
       };
       for (std::size_t g = 0; g < groups; ++g) {
         const float* grids = grid + g * per_group;
         const __m512 x =
             _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[0])), fp16_parameter(chunk_params[b], g * per_group));
         const __m512i fixed = _mm512_cvt_roundps_epu32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        add_lanes(weight_lanes[g], _mm512_cvtepu32_epi64(_mm512_castsi512_si256(fixed)),
-                  _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(fixed, 1)));
-        _mm512_store_si512(slices[g][b], _mm512_shuffle_epi8(fixed, by_byte));
+        const __m512i fixed_bytes = _mm512_shuffle_epi8(fixed, by_byte);
+        _mm512_store_si512(slices[g][b], fixed_bytes);
+        add_bytes(weight_bytes[g], fixed_bytes);
         if (per_group == 2) {
           const __m512 z = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[1])),
                                          fp16_parameter(chunk_params[b], g * per_group + 1));
           const __m512i zero = _mm512_cvt_roundps_epi32(z, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-          add_lanes(zero_lanes[g], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(zero)),
-                    _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(zero, 1)));
+          add_bytes(zero_bytes[g], _mm512_shuffle_epi8(_mm512_maskz_xor_epi32(valid, zero, sign_bits), by_byte));
         }
       }
       if constexpr (Bits == 2)
@@ -2109,6 +2118,8 @@ struct kernels {
     for (std::size_t begin = 0; begin < count; begin += fixed_flush) {
       const std::size_t end = std::min(count, begin + fixed_flush);
       std::memset(partial, 0, sizeof partial);
+      std::memset(weight_bytes, 0, sizeof weight_bytes);
+      std::memset(zero_bytes, 0, sizeof zero_bytes);
       for (std::size_t first = begin; first < end; first += fixed_chunk) {
         const std::size_t size = std::min(fixed_chunk, end - first);
         const std::uint8_t* chunk_records = records + first * record_bytes;
@@ -2140,12 +2151,15 @@ struct kernels {
             }
             _mm512_store_si512(out, total);
           }
+      for (std::size_t g = 0; g < groups; ++g) {
+        call_weight_sums[g] += static_cast<std::uint64_t>(sum_of_bytes(weight_bytes[g]));
+        call_zero_sums[g] +=
+            sum_of_bytes(zero_bytes[g]) - static_cast<std::int64_t>(end - begin) * (std::int64_t{1} << 31);
+      }
     }
-    std::uint64_t call_weight_sums[fixed_max_groups];
     for (std::size_t g = 0; g < groups; ++g) {
-      call_weight_sums[g] = std::accumulate(weight_lanes[g], weight_lanes[g] + 16, std::uint64_t{0});
       weight_sums[g] += call_weight_sums[g];
-      if (per_group == 2) zero_sums[g] += std::accumulate(zero_lanes[g], zero_lanes[g] + 16, std::int64_t{0});
+      if (per_group == 2) zero_sums[g] += call_zero_sums[g];
     }
     const std::size_t group_bytes = f.group_channels * Bits / 8;
     for (std::size_t p = 0; p < passes; ++p)
