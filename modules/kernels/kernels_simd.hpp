@@ -1783,12 +1783,13 @@ struct kernels {
     zero_term = xsimd::hadd(zero_sum);
     return true;
   }
-  // scores[t] = query . (row t's codes - offset) for the sliced query; CodeBytes =
-  // head_dim / 4.
-  template <std::size_t CodeBytes>
+  // scores[t] = query . (row t's codes - offset) for the sliced query, plus zero_term
+  // after it when AddZeroTerm (a per-channel block's, as add_zero_terms would add it);
+  // CodeBytes = head_dim / 4.
+  template <std::size_t CodeBytes, bool AddZeroTerm = false>
   __attribute__((target("avx512vnni"))) static void dot_row_lanes(const record_format& f, const lane_query& query,
                                                                   const std::uint8_t* records, std::size_t count,
-                                                                  float* scores) noexcept {
+                                                                  float* scores, float zero_term = 0.0f) noexcept {
     constexpr std::size_t per_vector = 64 / CodeBytes;        // rows
     constexpr std::size_t vectors = token_lanes / per_vector; // per batch of 16 rows
     const std::size_t record_bytes = f.record_bytes;
@@ -1849,8 +1850,9 @@ struct kernels {
       }
       for (std::size_t live = vectors / 2; live > 1; live /= 2)
         for (std::size_t i = 0; i < live / 2; ++i) units[i] = add_pairs(units[2 * i], units[2 * i + 1]);
-      _mm512_mask_storeu_ps(scores + first, static_cast<__mmask16>((1u << size) - 1),
-                            _mm512_sub_ps(units[0], offset_term));
+      __m512 batch_scores = _mm512_sub_ps(units[0], offset_term);
+      if constexpr (AddZeroTerm) batch_scores = _mm512_add_ps(batch_scores, _mm512_set1_ps(zero_term));
+      _mm512_mask_storeu_ps(scores + first, static_cast<__mmask16>((1u << size) - 1), batch_scores);
     };
     const bool packed = record_bytes == CodeBytes;
     for (std::size_t first = 0; first < count; first += token_lanes) {
@@ -1890,12 +1892,14 @@ struct kernels {
     return token_lanes_fit(f) && f.bits >= 4 && f.params_per_group > 0;
   }
   // dot_records with integer dots where they pay (the isa::avx512_vnni table): row lanes
+  // (which slice the query with VBMI byte permutes: RowLanes false where the CPU lacks it)
   // or token lanes; other formats, and queries that are not finite, take dot_records.
+  template <bool RowLanes = true>
   static void dot_records_vnni(const record_format& f, const float* queries, std::size_t heads,
                                const std::uint8_t* records, std::size_t count, float* scores,
                                std::size_t stride) noexcept {
     if constexpr (is_avx512) {
-      if (row_lanes_fit(f))
+      if (RowLanes && row_lanes_fit(f))
         return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
           const float* pass_queries = queries + h * f.head_dim;
           if (H > 1 || !try_row_lanes(f, pass_queries, records, count, scores + h * stride))
@@ -2452,12 +2456,11 @@ struct kernels {
                   sliced_ok = slice_lane_query<CodeBytes>(f, scaled, sliced);
                 }
                 if (sliced_ok) {
-                  dot_row_lanes<CodeBytes>(f, sliced, block.rows, block.count, block_scores);
-                } else {
-                  if (fused)
-                    fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
-                  dot_records(f, scaled, 1, block.rows, block.count, block_scores, stride);
+                  dot_row_lanes<CodeBytes, true>(f, sliced, block.rows, block.count, block_scores, zero_term);
+                  continue;
                 }
+                if (fused) fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
+                dot_records(f, scaled, 1, block.rows, block.count, block_scores, stride);
                 scalar::add_zero_terms(&zero_term, 1, block.count, block_scores, stride);
               }
               return true;
@@ -2545,7 +2548,7 @@ struct kernels {
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
             .encode_uniform_record = &encode_uniform_record,
-            .dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni : &dot_records,
+            .dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni<> : &dot_records,
             .axpy_records = &axpy_records,
             .axpy_records_fixed = instruction_set == isa::avx512_vnni ? &axpy_records_fixed : nullptr,
             .fold_channel_params = &fold_channel_params,
