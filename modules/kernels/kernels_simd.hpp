@@ -1249,7 +1249,11 @@ struct kernels {
     for (std::size_t offset = 0; offset < bytes; offset += 16) {
       const std::size_t taken = std::min<std::size_t>(16, bytes - offset);
       const __mmask16 mask = static_cast<__mmask16>(taken == 16 ? 0xffff : (1u << taken) - 1);
+      // 16 whole rows (the common case) take plain loads, which the inserts take from
+      // memory, and no per-row check
+      const bool whole = size == 16 && taken == 16;
       const auto row = [&](std::size_t t) __attribute__((always_inline)) {
+        if (whole) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at + t * record_bytes + offset));
         return t < size ? _mm_maskz_loadu_epi8(mask, at + t * record_bytes + offset) : _mm_setzero_si128();
       };
       __m512i rows[4];
