@@ -1958,16 +1958,18 @@ struct kernels {
   static constexpr std::size_t fixed_chunk = 64, fixed_flush = std::size_t{1} << 15;
   static constexpr std::size_t fixed_max_passes = 4, fixed_max_groups = 8; // head_dim <= 256
 
-  // Bits, HeadDim and Groups: the shape at compile time (HeadDim and Groups 0 when known
-  // only at run time).
-  template <unsigned Bits, std::size_t HeadDim, std::size_t Groups>
+  // Bits, HeadDim, Groups and PerGroup (parameters per group): the shape at compile time
+  // (0 when known only at run time; with the parameter count fixed, fix_batch has no
+  // branches).
+  template <unsigned Bits, std::size_t HeadDim, std::size_t Groups, std::size_t PerGroup>
   __attribute__((target("avx512vnni,avx512vbmi"))) static void
   axpy_fixed_one_head(const record_format& f, const float* weights, const float* grid, const std::uint8_t* records,
                       std::size_t count, std::int64_t* sums, std::uint64_t* weight_sums,
                       std::int64_t* zero_sums) noexcept {
     static_assert(Bits == 4 || Bits == 2);
     const std::size_t n = HeadDim ? HeadDim : f.head_dim, groups = Groups ? Groups : f.groups();
-    const std::size_t per_group = f.params_per_group, record_bytes = f.record_bytes, code_bytes = n * Bits / 8;
+    const std::size_t per_group = PerGroup ? PerGroup : f.params_per_group;
+    const std::size_t record_bytes = f.record_bytes, code_bytes = n * Bits / 8;
     const std::size_t passes = (n + 63) / 64, units = n / 32, units_per_group = units / groups;
     // slices[g][b]: lane l holds, as dword j, byte j of F of group g for the 4 tokens of
     // quad 4 b + l of the chunk. 2-bit codes: pairs[p][b] holds, per quad l and byte j, the
@@ -2203,9 +2205,17 @@ struct kernels {
         const std::size_t n = f.head_dim, groups = f.groups(), per_group = f.params_per_group;
         for (std::size_t h = 0; h < heads; ++h) {
           const auto run = [&]<unsigned Bits, std::size_t HeadDim, std::size_t Groups>() {
-            axpy_fixed_one_head<Bits, HeadDim, Groups>(f, weights + h * stride, grid + h * groups * per_group, records,
-                                                       count, sums + h * n, weight_sums + h * groups,
-                                                       zero_sums ? zero_sums + h * groups : nullptr);
+            const auto with = [&]<std::size_t PerGroup>() {
+              axpy_fixed_one_head<Bits, HeadDim, Groups, PerGroup>(
+                  f, weights + h * stride, grid + h * groups * per_group, records, count, sums + h * n,
+                  weight_sums + h * groups, zero_sums ? zero_sums + h * groups : nullptr);
+            };
+            if constexpr (HeadDim == 0)
+              with.template operator()<0>();
+            else if (per_group == 2) // scale and zero (KIVI's values); else a scale alone (int4)
+              with.template operator()<2>();
+            else
+              with.template operator()<1>();
           };
           const auto shapes = [&]<unsigned Bits>() {
             if (n == 128 && groups == 4)
