@@ -1490,7 +1490,7 @@ struct kernels {
             {step, _mm512_mul_ps(step, _mm512_set1_ps(0x1p-7f))}};
   }
   // 16 query elements split into their slices: slice p of an element is the low byte of
-  // dword lane of slices[p] (the upper bytes are not the slice's sign extension). Adding
+  // the element's dword lane in slices[p] (the upper bytes are not its sign extension). Adding
   // 1.5 * 2^23 rounds rest / s to an integer in one multiply-add and leaves it in the low
   // mantissa bits (two's complement, as |slice| < 2^22); subtracting it again gives the
   // slice as a float, exactly: 7 operations per slicing against 10 with conversions.
@@ -1866,10 +1866,6 @@ struct kernels {
         run_batch.template operator()<false>(first);
     }
   }
-  // One head's query sliced and its rows run; false (nothing written) if the query is not
-  // finite. One head only: the kernel decodes a row for each head, and for two or more
-  // heads the token-lane kernel, which decodes once for all, measured faster (2-bit
-  // blocks of 32 rows in L2, 2 heads, Zen 5: 4.6 against 4.3 ns per row).
   // f's shape for the row-lane kernels (row_lanes_fit): CodeBytes = head_dim / 4.
   template <class Run>
   static bool with_lane_shape(const record_format& f, Run&& run) {
@@ -1877,6 +1873,10 @@ struct kernels {
     if (f.head_dim == 128) return run.template operator()<32>();
     return run.template operator()<64>();
   }
+  // One head's query sliced and its rows run; false (nothing written) if the query is not
+  // finite. One head only: the kernel decodes a row for each head, and for two or more
+  // heads the token-lane kernel, which decodes once for all, measured faster (2-bit
+  // blocks of 32 rows in L2, 2 heads, Zen 5: 4.6 against 4.3 ns per row).
   static bool try_row_lanes(const record_format& f, const float* query, const std::uint8_t* records, std::size_t count,
                             float* scores) noexcept {
     return with_lane_shape(f, [&]<std::size_t CodeBytes>() {
@@ -1978,8 +1978,9 @@ struct kernels {
     alignas(64) std::uint8_t pairs[Bits == 2 ? fixed_max_passes : 1][fixed_chunk / 16][128];
     alignas(64) std::int32_t partial[fixed_max_passes][4][4][16]; // pass, code vector, byte j of F
     // Per group, since the last flush: the sum of F and of Z + 2^31 (Z with its sign bit
-    // flipped, as unsigned) by byte, dword 4 l + j adding byte j of 4 tokens (vpdpbusd with ones: one
-    // instruction per group and 16 tokens), at most 2^11 * 4 * 255 < 2^31 per flush.
+    // flipped, as unsigned) by byte, dword 4 l + j adding byte j of 4 tokens (vpdpbusd
+    // with ones: one instruction per group and 16 tokens), at most 2^11 * 4 * 255 < 2^31
+    // per flush.
     alignas(64) std::int32_t weight_bytes[fixed_max_groups][16], zero_bytes[fixed_max_groups][16];
     std::uint64_t call_weight_sums[fixed_max_groups] = {};
     std::int64_t call_zero_sums[fixed_max_groups] = {};
@@ -2516,8 +2517,9 @@ struct kernels {
   // Elementary Functions", 1980: ln 2 in two parts, the first exact in k ln 2), e^r by its
   // Taylor polynomial to r^7 (truncation below 2^-27), then times 2^k by vscalefps, which
   // rounds once into the subnormals and gives 0 below them. 13 operations against xsimd's
-  // exp, which guards the whole float range (AMD Zen 5: softmax 0.295 -> 0.23 ns per score). x is clamped below at -104
-  // (e^-104 is below the smallest subnormal), so -inf gives 0; NaN passes through the clamp and stays NaN.
+  // exp, which guards the whole float range (AMD Zen 5: softmax 0.295 -> 0.23 ns per
+  // score). x is clamped below at -104 (e^-104 is below the smallest subnormal), so -inf
+  // gives 0; NaN passes through the clamp and stays NaN.
   static __m512 exp_of_shifted(__m512 x) noexcept {
     x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); // NaN: the second operand
     const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(0x1.715476p+0f)),
