@@ -534,11 +534,6 @@ struct kernels {
     std::uintptr_t first;
     std::size_t lines;
   };
-  // The lines that overlap [begin, begin + bytes).
-  static prefetch_span lines_of(const std::uint8_t* begin, std::size_t bytes) noexcept {
-    const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(begin);
-    return {start & ~std::uintptr_t{63}, bytes > 0 ? (start % 64 + bytes + 63) / 64 : 0};
-  }
   static prefetch_span lines_ahead(const std::uint8_t* begin, std::size_t bytes) noexcept {
     const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(begin) + prefetch_distance;
     const std::uintptr_t first = (start + 63) & ~std::uintptr_t{63};
@@ -548,11 +543,9 @@ struct kernels {
   // over many records spread their requests over their work, asking in part `part` of
   // `parts` for lines part, part + parts, ... (measured 5-10 % faster from DRAM than one
   // burst per 16 records).
-  // (Into L2 by default: Hint is _mm_prefetch's.)
-  template <int Hint = _MM_HINT_T1>
   static void prefetch_part(prefetch_span span, std::size_t part, std::size_t parts) noexcept {
     for (std::size_t line = part; line < span.lines; line += parts)
-      _mm_prefetch(reinterpret_cast<const char*>(span.first + 64 * line), Hint);
+      _mm_prefetch(reinterpret_cast<const char*>(span.first + 64 * line), _MM_HINT_T1);
   }
 
   // scores[h * stride + t] = sum of the lanes of token(t)[h] for t < count and h < H,
@@ -2069,7 +2062,7 @@ struct kernels {
     struct chunk_run {
       const std::uint8_t* records;
       std::size_t size;
-      prefetch_span ahead, next; // 8 KiB past the next chunk (into L2); the next chunk (into L1)
+      prefetch_span ahead;
     };
     const auto pass = [&]<bool Full>(const chunk_run& chunk,
                                      std::size_t p) __attribute__((noinline, target("avx512vnni,avx512vbmi"))) {
@@ -2085,10 +2078,7 @@ struct kernels {
       for (std::size_t v = 0; v < 4; ++v)
         for (std::size_t j = 0; j < 4; ++j) acc[v][j] = _mm512_load_si512(partial[p][v][j]);
       for (std::size_t q = 0; q < chunk_quads; ++q) {
-        if (p == 0) {
-          prefetch_part(chunk.ahead, q, chunk_quads);
-          prefetch_part<_MM_HINT_T0>(chunk.next, q, chunk_quads);
-        }
+        if (p == 0) prefetch_part(chunk.ahead, q, chunk_quads);
         const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + pass_bytes * p;
         const auto half = [&](std::size_t k) __attribute__((always_inline)) {
           if (Full || 4 * q + k < chunk.size) return _mm256_maskz_loadu_epi8(byte_mask, quad + k * record_bytes);
@@ -2145,19 +2135,16 @@ struct kernels {
         const std::size_t size = std::min(fixed_chunk, end - first);
         const std::uint8_t* chunk_records = records + first * record_bytes;
         // The next chunk's parameters are the first loads of its lines, so the lines asked
-        // for into L2 lead by a chunk more than in the other loops: 8 KiB past the next
-        // chunk. With 8 KiB past this one, int4 records (a chunk is 4.6 KB) left those loads
-        // waiting on lines still in flight: on AMD Zen 5 int4 attention took 8.8-9.1 ns per
-        // token against 6.0-6.2 with the float loop; with the lead, 6.3-6.4. And the next
-        // chunk's lines are asked for into L1 during this chunk's first pass, its parameters
-        // loaded after the passes: loaded from L2 before them, in one burst, they took about
-        // a quarter of int4 values' time from DRAM (int4@group(32) values alone 2.5-2.6 to
-        // 2.3-2.4 ns per token; attention 6.2-6.5 to 5.9-6.0).
-        const std::size_t next_size =
-            first + fixed_chunk < count ? std::min(fixed_chunk, count - first - fixed_chunk) : 0;
-        const std::uint8_t* next_records = chunk_records + fixed_chunk * record_bytes;
-        const chunk_run chunk{chunk_records, size, lines_ahead(next_records, size * record_bytes),
-                              lines_of(next_records, next_size * record_bytes)};
+        // for lead by a chunk more than in the other loops: 8 KiB past the next chunk. With
+        // 8 KiB past this one, int4 records (a chunk is 4.6 KB) left those loads waiting on
+        // lines still in flight: on AMD Zen 5 int4 attention took 8.8-9.1 ns per token
+        // against 6.0-6.2 with the float loop; with the lead, 6.3-6.4. They are loaded after
+        // this chunk's passes, not before: from DRAM the values alone took 2.05-2.2 ns per
+        // token against 2.35-2.5 (int4@group(32)) and 1.93-2.05 against 2.07-2.3 (KIVI-2's),
+        // with the same times in L2 and L3. (Also asking for the next chunk's lines into L1
+        // during the first pass cost 5-8 % in L2 and L3 and gained nothing more.)
+        const chunk_run chunk{chunk_records, size,
+                              lines_ahead(chunk_records + fixed_chunk * record_bytes, size * record_bytes)};
         for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
         for (std::size_t p = 0; p < passes; ++p) {
           if (size == fixed_chunk)
@@ -2165,7 +2152,7 @@ struct kernels {
           else
             pass.template operator()<false>(chunk, p);
         }
-        if (next_size > 0) load_chunk_params(first + fixed_chunk);
+        if (first + fixed_chunk < count) load_chunk_params(first + fixed_chunk);
       }
       // totals += sum over j of partial << 8 j, 8 lanes at a time
       for (std::size_t p = 0; p < passes; ++p)
