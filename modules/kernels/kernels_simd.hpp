@@ -1627,12 +1627,13 @@ struct kernels {
   // --- 2-bit rows without parameters: integer dots in row lanes (AVX-512 VNNI) ---------
   // KIVI's keys (arXiv 2402.02750 section 3.2) come in per-channel blocks of bare 2-bit
   // rows, the block's scales folded into the query. In token lanes each code costs a
-  // shift, a table permute and a multiply-add per 16 rows, three operations for the two
-  // vector pipes of AMD Zen 5 that also multiply. Here a vector holds whole rows as they
-  // lie in memory (64 / code_bytes of them; no transpose): the codes at position k of every
-  // byte are a shift and a mask, and vpdpbusd multiplies them by the query's bytes for
-  // those channels, sliced per unit of 32 channels as slice_query does (the same bound):
-  // 12 vpdpbusd and 7 other operations per 256 codes against 768 operations in floats.
+  // shift, a table permute and a multiply-add per 16 rows, the last two for the two vector
+  // pipes of AMD Zen 5 that also multiply (shifts run beside them). Here a vector holds
+  // whole rows as they lie in memory (64 / code_bytes of them; no transpose): the codes at
+  // position k of every byte are a shift and a mask, and vpdpbusd multiplies them by the
+  // query's bytes for those channels, sliced per unit of 32 channels as slice_query does
+  // (the same bound): 12 vpdpbusd and 7 other operations per 256 codes against 768
+  // operations in floats.
   // Per row, the slices' dword sums are combined exactly (q1 2^14 + q2 2^7 + q3), the two
   // dwords of each unit added, converted and scaled by the unit, and the units added in a
   // fixed tree: the same order wherever a row falls in a batch or a run.
