@@ -2140,10 +2140,10 @@ struct kernels {
         // 8 KiB past this one, int4 records (a chunk is 4.6 KB) left those loads waiting on
         // lines still in flight: on AMD Zen 5 int4 attention took 8.8-9.1 ns per token
         // against 6.0-6.2 with the float loop; with the lead, 6.3-6.4. They are loaded after
-        // this chunk's passes, not before: from DRAM the values alone took 2.05-2.2 ns per
-        // token against 2.35-2.5 (int4@group(32)) and 1.93-2.05 against 2.07-2.3 (KIVI-2's),
+        // this chunk's passes, not before: from DRAM the values alone took 2.05-2.25 ns per
+        // token against 2.35-2.5 (int4@group(32)) and 1.93-2.05 against 2.0-2.3 (KIVI-2's),
         // with the same times in L2 and L3. (Also asking for the next chunk's lines into L1
-        // during the first pass cost 5-8 % in L2 and L3 and gained nothing more.)
+        // during the first pass cost 5-9 % in L2 and L3 and gained nothing more.)
         const chunk_run chunk{chunk_records, size,
                               lines_ahead(chunk_records + fixed_chunk * record_bytes, size * record_bytes)};
         for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
