@@ -990,15 +990,16 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
   const auto& components = kvlab::builtin_registry();
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;
-  for (const std::string name : {"fp8_e4m3", "fp8_e4m3fnuz", "fp8_e5m2"}) {
+  for (const auto& [name, group_channels] :
+       {std::pair{"fp8_e4m3", 32}, std::pair{"fp8_e4m3fnuz", 32}, std::pair{"fp8_e5m2", 32}, std::pair{"fp8_e4m3", 128}}) {
     const auto quantizer = components.make_quantizer(name);
     const auto levels = quantizer.levels();
-    const std::size_t head_dim = 128, every_code = 2, count = 40, heads = 4;
+    const std::size_t head_dim = 128, every_code = 2, count = 40, heads = 4, large_channel = 5;
     const float scale = 0.375f;
     const std::uint16_t scale_bits = kvlab::float_to_half_bits(scale);
     kvlab::record_format f{.kind = element_kind::table_codes,
                            .head_dim = head_dim,
-                           .group_channels = 32,
+                           .group_channels = static_cast<std::size_t>(group_channels),
                            .bits = 8,
                            .params_per_group = 1,
                            .levels = levels.data()};
@@ -1012,13 +1013,14 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
         // past the first records (all 256 codes), only finite levels, so dots stay finite
         record[i] = t < every_code || std::isfinite(levels[code]) ? code : std::uint8_t{0};
       }
+      if (t >= every_code) record[large_channel] = 0x08; // a small level: the large query below stays finite
       for (std::size_t g = 0; g < f.groups(); ++g) std::memcpy(record + head_dim + 2 * g, &scale_bits, 2);
     }
     const auto queries = random.floats(heads * head_dim);
     std::vector<float> expected_scores(heads * count);
     scalar.dot_records(f, queries.data(), heads, records.data(), count, expected_scores.data(), count);
     for (const auto isa : simd_isas()) {
-      BOOST_TEST_CONTEXT(name << " " << kvlab::isa_name(isa)) {
+      BOOST_TEST_CONTEXT(name << " group " << group_channels << " " << kvlab::isa_name(isa)) {
         const auto& kernels = kvlab::kernels_for(isa);
         for (std::size_t t = 0; t < every_code; ++t) {
           std::vector<float> decoded(head_dim, 0.0f);
@@ -1034,14 +1036,38 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
             }
           }
         }
+        const auto magnitude = [&](const float* query, std::size_t t) {
+          float sum = 0.0f;
+          for (std::size_t i = 0; i < head_dim; ++i)
+            sum += std::fabs(query[i] * scale * levels[records[t * f.record_bytes + i]]);
+          return sum;
+        };
         std::vector<float> scores(heads * count);
         kernels.dot_records(f, queries.data(), heads, records.data(), count, scores.data(), count);
         for (std::size_t h = 0; h < heads; ++h)
-          for (std::size_t t = every_code; t < count; ++t) {
-            float magnitude = 0.0f;
-            for (std::size_t i = 0; i < head_dim; ++i)
-              magnitude += std::fabs(queries[h * head_dim + i] * scale * levels[records[t * f.record_bytes + i]]);
-            check_close(scores[h * count + t], expected_scores[h * count + t], 4.0f * magnitude);
+          for (std::size_t t = every_code; t < count; ++t)
+            check_close(scores[h * count + t], expected_scores[h * count + t],
+                        4.0f * magnitude(queries.data() + h * head_dim, t));
+        // One head takes a kernel of its own (the query reordered and times the layout's
+        // power of two once), and a query that power of two would overflow the general one:
+        // both must match the reference, NaN codes giving NaN.
+        auto large = queries;
+        large[large_channel] = 2e36f;
+        const std::vector<float>* query_sets[] = {&queries, &large};
+        for (const auto* query_set : query_sets)
+          for (std::size_t h = 0; h < heads; ++h) {
+            const float* query = query_set->data() + h * head_dim;
+            std::vector<float> one(count), reference(count);
+            kernels.dot_records(f, query, 1, records.data(), count, one.data(), count);
+            scalar.dot_records(f, query, 1, records.data(), count, reference.data(), count);
+            for (std::size_t t = 0; t < count; ++t) {
+              BOOST_TEST_CONTEXT("head " << h << " token " << t << (query_set == &large ? " large query" : "")) {
+                if (t < every_code)
+                  BOOST_TEST(std::isnan(one[t]) == std::isnan(reference[t]));
+                else
+                  check_close(one[t], reference[t], 4.0f * magnitude(query, t));
+              }
+            }
           }
       }
     }

@@ -741,30 +741,82 @@ struct kernels {
   // equal the table's.
   enum class fp8_layout : std::uint8_t { none, e4m3, e4m3fnuz, e5m2 };
 
+  // fp16 bits of 16 codes, each in the high byte of a word (the code shifted left by 8):
+  // the code's level over fp8_unit for every code but E4M3's and E4M3FNUZ's NaN codes (which
+  // give some finite value; E5M2's give fp16 NaNs).
+  template <fp8_layout Layout>
+  static __m256i fp8_half_bits(__m256i high_bytes) noexcept {
+    if constexpr (Layout == fp8_layout::e5m2) {
+      return high_bytes;
+    } else { // sign stays in bit 15, exponent and mantissa move to bits 13..7 (bit 14 cleared)
+      return _mm256_and_si256(_mm256_srai_epi16(high_bytes, 1), _mm256_set1_epi16(static_cast<short>(0xbfff)));
+    }
+  }
+  // fp8_half_bits with every NaN code fp16's quiet NaN 0x7e00 (which converts to the
+  // canonical float NaN): a compare into a vector and a bit select.
+  template <fp8_layout Layout>
+  static __m256i fp8_exact_half_bits(__m256i high_bytes) noexcept {
+    __m256i nan;
+    if constexpr (Layout == fp8_layout::e5m2) // all-ones exponent, mantissa != 0
+      nan = _mm256_cmpgt_epi16(_mm256_and_si256(high_bytes, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
+    else if constexpr (Layout == fp8_layout::e4m3fnuz)
+      nan = _mm256_cmpeq_epi16(high_bytes, _mm256_set1_epi16(static_cast<short>(0x8000)));
+    else
+      nan = _mm256_cmpeq_epi16(_mm256_and_si256(high_bytes, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));
+    return _mm256_ternarylogic_epi32(nan, _mm256_set1_epi16(0x7e00), fp8_half_bits<Layout>(high_bytes),
+                                     0xca); // nan ? 0x7e00 : half
+  }
+  // Whether any of the code bytes added holds an E4M3 or E4M3FNUZ NaN code, kept in one
+  // saturating max or min per 32 codes (NaN codes are rare: the quantizer never writes
+  // them, so the pair kernels find them per token and decode exactly only where they are).
+  // E5M2 needs none: its NaN codes are fp16 NaNs.
+  template <fp8_layout Layout>
+  struct fp8_nan_marks {
+    static constexpr bool fnuz = Layout == fp8_layout::e4m3fnuz;
+    // E4M3: the maximum of code | 0x80 (0xff: a NaN); E4M3FNUZ: the minimum of code ^ 0x80 (0: a NaN)
+    __m256i marks = fnuz ? _mm256_set1_epi8(-1) : _mm256_setzero_si256();
+    void add(__m256i bytes) noexcept {
+      if constexpr (Layout == fp8_layout::e4m3)
+        marks = _mm256_max_epu8(marks, _mm256_or_si256(bytes, _mm256_set1_epi8(static_cast<char>(0x80))));
+      else if constexpr (fnuz)
+        marks = _mm256_min_epu8(marks, _mm256_xor_si256(bytes, _mm256_set1_epi8(static_cast<char>(0x80))));
+    }
+    bool any() const noexcept {
+      if constexpr (Layout == fp8_layout::e5m2) return false;
+      const __m256i nan = fnuz ? _mm256_setzero_si256() : _mm256_set1_epi8(-1);
+      return _mm256_movemask_epi8(_mm256_cmpeq_epi8(marks, nan)) != 0;
+    }
+  };
+  // What the fp16 value of fp8_half_bits is multiplied by to give the level.
+  template <fp8_layout Layout>
+  static constexpr float fp8_unit = Layout == fp8_layout::e5m2 ? 1.0f : Layout == fp8_layout::e4m3fnuz ? 0x1p7f : 0x1p8f;
+  // 32 codes as two vectors of their levels over fp8_unit (NaN codes the canonical quiet
+  // NaN), in the in-lane order of vpunpck{l,h}bw: out[0] holds codes 0-7 and 16-23, out[1]
+  // codes 8-15 and 24-31. Unpacking the codes under zero bytes widens them in place, where
+  // vpmovzxbw (decode_fp8) crosses lanes and so takes a slot of the two pipes that multiply
+  // on AMD Zen 5; the unit is left to the caller to fold into the query or the scale once.
+  // Exact: NaN codes decoded as such; otherwise their bytes go to `marks` and they may
+  // decode to anything.
+  template <fp8_layout Layout, bool Exact>
+  static void decode_fp8_pair(const std::uint8_t* codes, __m512 (&out)[2], fp8_nan_marks<Layout>& marks) noexcept {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)), zero = _mm256_setzero_si256();
+    if constexpr (!Exact) marks.add(bytes);
+    const __m256i high_bytes[2] = {_mm256_unpacklo_epi8(zero, bytes), _mm256_unpackhi_epi8(zero, bytes)};
+    for (std::size_t k = 0; k < 2; ++k)
+      out[k] = _mm512_cvtph_ps(Exact ? fp8_exact_half_bits<Layout>(high_bytes[k]) : fp8_half_bits<Layout>(high_bytes[k]));
+  }
+  // Channel c of 32 at position fp8_pair_position(c) of a decode_fp8_pair vector pair.
+  static constexpr std::size_t fp8_pair_position(std::size_t c) noexcept {
+    return (c % 16 >= 8 ? 16 : 0) + (c >= 16 ? 8 : 0) + c % 8;
+  }
+
   // The `width` codes at `codes` (AVX-512 only; other ISAs never see a layout).
   template <fp8_layout Layout>
   static floats decode_fp8(const std::uint8_t* codes) noexcept {
     if constexpr (is_avx512) {
       const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-      const __m256i magnitude = _mm256_and_si256(words, _mm256_set1_epi16(0x7f));
-      __m256i half;
-      float unit;
-      __mmask16 nan;
-      if constexpr (Layout == fp8_layout::e5m2) {
-        half = _mm256_slli_epi16(words, 8);
-        unit = 1.0f;
-        nan = _mm256_cmpgt_epi16_mask(magnitude, _mm256_set1_epi16(0x7c)); // all-ones exponent, mantissa != 0
-      } else {
-        // sign to bit 15, exponent and mantissa to bits 13..7: bit 15 of (w << 8), the rest from (magnitude << 7)
-        half = _mm256_ternarylogic_epi32(_mm256_set1_epi16(static_cast<short>(0x8000)), _mm256_slli_epi16(words, 8),
-                                         _mm256_slli_epi16(magnitude, 7), 0xca);
-        constexpr bool fnuz = Layout == fp8_layout::e4m3fnuz;
-        unit = fnuz ? 0x1p7f : 0x1p8f;
-        nan = fnuz ? _mm256_cmpeq_epi16_mask(words, _mm256_set1_epi16(0x80))
-                   : _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f));
-      }
-      const __m512 value = _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(unit));
-      return _mm512_mask_mov_ps(value, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+      const __m256i half = fp8_exact_half_bits<Layout>(_mm256_slli_epi16(words, 8));
+      return _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(fp8_unit<Layout>));
     } else {
       static_assert(is_avx512, "fp8 codes decode through fp16 on AVX-512 only");
     }
@@ -1000,6 +1052,8 @@ struct kernels {
             default: return one_head.template operator()<0, 0>();
             }
           };
+          if constexpr (Fp8 != fp8_layout::none)
+            if (dot_fp8_one_head<Fp8>(decode, queries, records, count, scores)) return;
           if (Affine && f.params_per_group == 1 && decode.one_load) return run.template operator()<Affine>();
           run.template operator()<false>();
         });
@@ -1108,6 +1162,78 @@ struct kernels {
     });
   }
 
+  // fp8 records the pair kernels take: fp16 scales, one per group of whole 32-code pairs.
+  static bool fp8_pairs_fit(const record_format& f) noexcept {
+    return f.group_channels % 32 == 0 && f.params_per_group == 1 && !f.params_f32;
+  }
+  // Calls use.template operator()<Pairs, PairsPerGroup>() with both fixed at compile time
+  // for head_dim 128 in groups of 32, 64 or 128 channels (0: known at run time), so the
+  // common shapes get fully unrolled loops.
+  template <class Use>
+  static void with_fp8_pairs(const record_format& f, Use&& use) noexcept {
+    if (f.head_dim == 128) switch (f.group_channels) {
+      case 32: return use.template operator()<4, 1>();
+      case 64: return use.template operator()<4, 2>();
+      case 128: return use.template operator()<4, 4>();
+      }
+    use.template operator()<0, 0>();
+  }
+  // Token t's fp16 scales, one per group, times the layout's unit (exact: a power of two,
+  // and an fp16 scale times it stays finite).
+  template <fp8_layout Layout>
+  static void fp8_scales(const std::uint8_t* params, std::size_t groups, float* out) noexcept {
+    for (std::size_t g = 0; g < groups; ++g) {
+      std::uint16_t bits;
+      std::memcpy(&bits, params + 2 * g, 2);
+      out[g] = from_half(bits) * fp8_unit<Layout>;
+    }
+  }
+
+  // fp8 codes (fp8_pairs_fit), one head: the query is put in decode_fp8_pair's order and
+  // multiplied by the layout's unit once per call, so each 16 codes cost a conversion and a
+  // multiply-add. Products are exactly decode_fp8's (the unit is a power of two); the sums
+  // run in another order, within the float kernels' rounding. False (nothing written) for
+  // other records and for a query the unit would overflow.
+  template <fp8_layout Layout>
+  static bool dot_fp8_one_head(const coded_values<false, 8>& decode, const float* query, const std::uint8_t* records,
+                               std::size_t count, float* scores) noexcept {
+    const record_format& f = decode.f;
+    if (!fp8_pairs_fit(f)) return false;
+    const std::size_t n = f.head_dim;
+    alignas(64) float folded[max_head_dim];
+    for (std::size_t c = 0; c < n; ++c) {
+      const float scaled = query[c] * fp8_unit<Layout>;
+      if (!(std::fabs(scaled) <= std::numeric_limits<float>::max())) return false;
+      folded[c / 32 * 32 + fp8_pair_position(c % 32)] = scaled;
+    }
+    with_fp8_pairs(f, [&]<std::size_t Pairs, std::size_t PairsPerGroup>() {
+      const std::size_t pairs_per_group = PairsPerGroup ? PairsPerGroup : f.group_channels / 32;
+      const std::size_t groups = Pairs ? Pairs / PairsPerGroup : decode.groups;
+      const std::size_t record_bytes = f.record_bytes, params_at = decode.params_at;
+      reduce_tokens<1>(records, record_bytes, count, scores, 0, [&](std::size_t t) __attribute__((always_inline)) {
+        const std::uint8_t* record = records + t * record_bytes;
+        floats total(0.0f);
+        fp8_nan_marks<Layout> marks;
+        for (std::size_t g = 0; g < groups; ++g) {
+          floats even(0.0f), odd(0.0f);
+          for (std::size_t p = g * pairs_per_group; p < (g + 1) * pairs_per_group; ++p) {
+            __m512 halves[2];
+            decode_fp8_pair<Layout, false>(record + 32 * p, halves, marks);
+            even = fmadd(floats::load_aligned(folded + 32 * p), halves[0], even);
+            odd = fmadd(floats::load_aligned(folded + 32 * p + 16), halves[1], odd);
+          }
+          std::uint16_t scale;
+          std::memcpy(&scale, record + params_at + 2 * g, 2);
+          total = fmadd(even + odd, floats(from_half(scale)), total);
+        }
+        // a NaN code makes the score NaN, whatever its query element
+        if (marks.any()) total = floats(std::numeric_limits<float>::quiet_NaN());
+        return head_sums<1>{{total}};
+      });
+    });
+    return true;
+  }
+
   // Block by block, every head's accumulators of the block in registers across a chunk of
   // tokens, whose terms are read once.
   template <bool Affine, unsigned Bits, std::size_t H>
@@ -1115,8 +1241,79 @@ struct kernels {
                          std::size_t count, float* acc) noexcept {
     const coded_values<Affine, Bits> decode(f);
     with_layout(decode, [&]<std::size_t Blocks, param_shape Shape, fp8_layout Fp8>() {
+      if constexpr (Fp8 != fp8_layout::none)
+        if (axpy_fp8_heads<Fp8, H>(decode, weights, stride, records, count, acc)) return;
       axpy_coded_heads<Affine, Bits, H, Blocks, Shape, Fp8>(decode, weights, stride, records, count, acc);
     });
+  }
+
+  // fp8 codes (fp8_pairs_fit), H heads: each head's sums are kept in decode_fp8_pair's
+  // order for the call and each token's scales multiplied by the layout's unit once
+  // (fp8_scales), so each 16 codes cost a conversion, a multiply and a multiply-add per
+  // head; every value and sum is bit for bit axpy_coded_heads'. False (nothing done) for
+  // other records.
+  template <fp8_layout Layout, std::size_t H>
+  static bool axpy_fp8_heads(const coded_values<false, 8>& decode, const float* weights, std::size_t stride,
+                             const std::uint8_t* records, std::size_t count, float* acc) noexcept {
+    const record_format& f = decode.f;
+    if (!fp8_pairs_fit(f)) return false;
+    const std::size_t n = f.head_dim;
+    alignas(64) float sums[H][max_head_dim];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < n; ++c) sums[h][c / 32 * 32 + fp8_pair_position(c % 32)] = acc[h * n + c];
+    with_fp8_pairs(f, [&]<std::size_t Pairs, std::size_t PairsPerGroup>() {
+      const std::size_t pairs = Pairs ? Pairs : n / 32;
+      const std::size_t pairs_per_group = PairsPerGroup ? PairsPerGroup : f.group_channels / 32;
+      const std::size_t groups = Pairs ? Pairs / PairsPerGroup : decode.groups;
+      const std::size_t record_bytes = f.record_bytes, params_at = decode.params_at;
+      constexpr std::size_t chunk = 16;
+      // Pairs per pass: at least 8 independent multiply-add chains (fewer wait on latency).
+      constexpr std::size_t per_pass = std::max<std::size_t>(1, 4 / H);
+      float scales[chunk][max_groups];
+      for (std::size_t first = 0; first < count; first += chunk) {
+        const std::size_t tokens = std::min(chunk, count - first);
+        const std::uint8_t* chunk_records = records + first * record_bytes;
+        const prefetch_span ahead = lines_ahead(chunk_records, tokens * record_bytes);
+        for (std::size_t t = 0; t < tokens; ++t)
+          fp8_scales<Layout>(chunk_records + t * record_bytes + params_at, groups, scales[t]);
+        const auto pass = [&]<std::size_t P>(std::size_t first_pair) __attribute__((always_inline)) {
+          floats vectors[H][P][2];
+          for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t p = 0; p < P; ++p)
+              for (std::size_t k = 0; k < 2; ++k)
+                vectors[h][p][k] = floats::load_aligned(sums[h] + 32 * (first_pair + p) + 16 * k);
+          for (std::size_t t = 0; t < tokens; ++t) {
+            if (first_pair == 0) prefetch_part(ahead, t, tokens);
+            const std::uint8_t* pair_codes = chunk_records + t * record_bytes + 32 * first_pair;
+            __m512 halves[P][2];
+            fp8_nan_marks<Layout> marks;
+            for (std::size_t p = 0; p < P; ++p) decode_fp8_pair<Layout, false>(pair_codes + 32 * p, halves[p], marks);
+            if (marks.any()) [[unlikely]]
+              for (std::size_t p = 0; p < P; ++p) decode_fp8_pair<Layout, true>(pair_codes + 32 * p, halves[p], marks);
+            floats values[P][2];
+            for (std::size_t p = 0; p < P; ++p) {
+              const floats scale(scales[t][(first_pair + p) / pairs_per_group]);
+              for (std::size_t k = 0; k < 2; ++k) values[p][k] = floats(halves[p][k]) * scale;
+            }
+            for (std::size_t h = 0; h < H; ++h) {
+              const floats w(weights[h * stride + first + t]);
+              for (std::size_t p = 0; p < P; ++p)
+                for (std::size_t k = 0; k < 2; ++k) vectors[h][p][k] = fmadd(w, values[p][k], vectors[h][p][k]);
+            }
+          }
+          for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t p = 0; p < P; ++p)
+              for (std::size_t k = 0; k < 2; ++k)
+                vectors[h][p][k].store_aligned(sums[h] + 32 * (first_pair + p) + 16 * k);
+        };
+        std::size_t p = 0;
+        for (; p + per_pass <= pairs; p += per_pass) pass.template operator()<per_pass>(p);
+        for (; p < pairs; ++p) pass.template operator()<1>(p);
+      }
+    });
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < n; ++c) acc[h * n + c] = sums[h][c / 32 * 32 + fp8_pair_position(c % 32)];
+    return true;
   }
 
   template <bool Affine, unsigned Bits, std::size_t H, std::size_t Blocks, param_shape Shape, fp8_layout Fp8>
