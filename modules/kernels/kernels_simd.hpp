@@ -1037,6 +1037,18 @@ struct kernels {
                         float* scores, std::size_t stride) noexcept {
     using values = coded_values<Affine, Bits>;
     const values decode(f);
+    if constexpr (is_avx512 && !Affine && Bits == 8)
+      if (decode.fp8 != fp8_layout::none && decode.shape() == param_shape::whole) {
+        const auto fp8 = [&]<fp8_layout Layout>() {
+          return dot_fp8_heads<Layout, H>(decode, queries, records, count, scores, stride);
+        };
+        switch (decode.fp8) {
+        case fp8_layout::e4m3: if (fp8.template operator()<fp8_layout::e4m3>()) return; break;
+        case fp8_layout::e4m3fnuz: if (fp8.template operator()<fp8_layout::e4m3fnuz>()) return; break;
+        case fp8_layout::e5m2: if (fp8.template operator()<fp8_layout::e5m2>()) return; break;
+        case fp8_layout::none: break;
+        }
+      }
     if constexpr (H == 1)
       if (decode.shape() == param_shape::whole)
         return with_layout(decode, [&]<std::size_t Blocks, param_shape, fp8_layout Fp8>() {
@@ -1052,8 +1064,6 @@ struct kernels {
             default: return one_head.template operator()<0, 0>();
             }
           };
-          if constexpr (Fp8 != fp8_layout::none)
-            if (dot_fp8_one_head<Fp8>(decode, queries, records, count, scores)) return;
           if (Affine && f.params_per_group == 1 && decode.one_load) return run.template operator()<Affine>();
           run.template operator()<false>();
         });
@@ -1189,46 +1199,53 @@ struct kernels {
     }
   }
 
-  // fp8 codes (fp8_pairs_fit), one head: the query is put in decode_fp8_pair's order and
-  // multiplied by the layout's unit once per call, so each 16 codes cost a conversion and a
-  // multiply-add. Products are exactly decode_fp8's (the unit is a power of two); the sums
-  // run in another order, within the float kernels' rounding. False (nothing written) for
-  // other records and for a query the unit would overflow.
-  template <fp8_layout Layout>
-  static bool dot_fp8_one_head(const coded_values<false, 8>& decode, const float* query, const std::uint8_t* records,
-                               std::size_t count, float* scores) noexcept {
+  // fp8 codes (fp8_pairs_fit), H heads: each query is put in decode_fp8_pair's order and
+  // multiplied by the layout's unit once per call, so each 16 codes cost a conversion and
+  // a multiply-add per head. Products are exactly decode_fp8's (the unit is a power of
+  // two); the sums run in another order, within the float kernels' rounding. False
+  // (nothing written) for other records and for a query the unit would overflow.
+  template <fp8_layout Layout, std::size_t H>
+  static bool dot_fp8_heads(const coded_values<false, 8>& decode, const float* queries, const std::uint8_t* records,
+                            std::size_t count, float* scores, std::size_t stride) noexcept {
     const record_format& f = decode.f;
     if (!fp8_pairs_fit(f)) return false;
     const std::size_t n = f.head_dim;
-    alignas(64) float folded[max_head_dim];
-    for (std::size_t c = 0; c < n; ++c) {
-      const float scaled = query[c] * fp8_unit<Layout>;
-      if (!(std::fabs(scaled) <= std::numeric_limits<float>::max())) return false;
-      folded[c / 32 * 32 + fp8_pair_position(c % 32)] = scaled;
-    }
+    alignas(64) float folded[H][max_head_dim];
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < n; ++c) {
+        const float scaled = queries[h * n + c] * fp8_unit<Layout>;
+        if (!(std::fabs(scaled) <= std::numeric_limits<float>::max())) return false;
+        folded[h][c / 32 * 32 + fp8_pair_position(c % 32)] = scaled;
+      }
     with_fp8_pairs(f, [&]<std::size_t Pairs, std::size_t PairsPerGroup>() {
       const std::size_t pairs_per_group = PairsPerGroup ? PairsPerGroup : f.group_channels / 32;
-      const std::size_t groups = Pairs ? Pairs / PairsPerGroup : decode.groups;
+      const std::size_t groups = PairsPerGroup ? Pairs / PairsPerGroup : decode.groups;
       const std::size_t record_bytes = f.record_bytes, params_at = decode.params_at;
-      reduce_tokens<1>(records, record_bytes, count, scores, 0, [&](std::size_t t) __attribute__((always_inline)) {
+      reduce_tokens<H>(records, record_bytes, count, scores, stride, [&](std::size_t t) __attribute__((always_inline)) {
         const std::uint8_t* record = records + t * record_bytes;
-        floats total(0.0f);
+        head_sums<H> totals;
+        std::fill_n(totals.lanes, H, floats(0.0f));
         fp8_nan_marks<Layout> marks;
         for (std::size_t g = 0; g < groups; ++g) {
-          floats even(0.0f), odd(0.0f);
+          floats even[H], odd[H];
+          std::fill_n(even, H, floats(0.0f));
+          std::fill_n(odd, H, floats(0.0f));
           for (std::size_t p = g * pairs_per_group; p < (g + 1) * pairs_per_group; ++p) {
             __m512 halves[2];
             decode_fp8_pair<Layout, false>(record + 32 * p, halves, marks);
-            even = fmadd(floats::load_aligned(folded + 32 * p), halves[0], even);
-            odd = fmadd(floats::load_aligned(folded + 32 * p + 16), halves[1], odd);
+            for (std::size_t h = 0; h < H; ++h) {
+              even[h] = fmadd(floats::load_aligned(folded[h] + 32 * p), halves[0], even[h]);
+              odd[h] = fmadd(floats::load_aligned(folded[h] + 32 * p + 16), halves[1], odd[h]);
+            }
           }
           std::uint16_t scale;
           std::memcpy(&scale, record + params_at + 2 * g, 2);
-          total = fmadd(even + odd, floats(from_half(scale)), total);
+          const floats group_scale(from_half(scale));
+          for (std::size_t h = 0; h < H; ++h) totals.lanes[h] = fmadd(even[h] + odd[h], group_scale, totals.lanes[h]);
         }
-        // a NaN code makes the score NaN, whatever its query element
-        if (marks.any()) total = floats(std::numeric_limits<float>::quiet_NaN());
-        return head_sums<1>{{total}};
+        // a NaN code makes every score NaN, whatever the query elements
+        if (marks.any()) std::fill_n(totals.lanes, H, floats(std::numeric_limits<float>::quiet_NaN()));
+        return totals;
       });
     });
     return true;
@@ -1264,7 +1281,7 @@ struct kernels {
     with_fp8_pairs(f, [&]<std::size_t Pairs, std::size_t PairsPerGroup>() {
       const std::size_t pairs = Pairs ? Pairs : n / 32;
       const std::size_t pairs_per_group = PairsPerGroup ? PairsPerGroup : f.group_channels / 32;
-      const std::size_t groups = Pairs ? Pairs / PairsPerGroup : decode.groups;
+      const std::size_t groups = PairsPerGroup ? Pairs / PairsPerGroup : decode.groups;
       const std::size_t record_bytes = f.record_bytes, params_at = decode.params_at;
       constexpr std::size_t chunk = 16;
       // Pairs per pass: at least 8 independent multiply-add chains (fewer wait on latency).
