@@ -990,8 +990,8 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
   const auto& components = kvlab::builtin_registry();
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;
-  for (const auto& [name, group_channels] :
-       {std::pair{"fp8_e4m3", 32}, std::pair{"fp8_e4m3fnuz", 32}, std::pair{"fp8_e5m2", 32}, std::pair{"fp8_e4m3", 128}}) {
+  for (const auto& [name, group_channels] : {std::pair{"fp8_e4m3", 32}, std::pair{"fp8_e4m3fnuz", 32},
+                                             std::pair{"fp8_e5m2", 32}, std::pair{"fp8_e4m3", 128}}) {
     const auto quantizer = components.make_quantizer(name);
     const auto levels = quantizer.levels();
     const std::size_t head_dim = 128, every_code = 2, count = 40, heads = 4, large_channel = 5;

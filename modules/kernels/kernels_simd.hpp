@@ -789,21 +789,24 @@ struct kernels {
   };
   // What the fp16 value of fp8_half_bits is multiplied by to give the level.
   template <fp8_layout Layout>
-  static constexpr float fp8_unit = Layout == fp8_layout::e5m2 ? 1.0f : Layout == fp8_layout::e4m3fnuz ? 0x1p7f : 0x1p8f;
-  // 32 codes as two vectors of their levels over fp8_unit (NaN codes the canonical quiet
-  // NaN), in the in-lane order of vpunpck{l,h}bw: out[0] holds codes 0-7 and 16-23, out[1]
-  // codes 8-15 and 24-31. Unpacking the codes under zero bytes widens them in place, where
-  // vpmovzxbw (decode_fp8) crosses lanes and so takes a slot of the two pipes that multiply
-  // on AMD Zen 5; the unit is left to the caller to fold into the query or the scale once.
-  // Exact: NaN codes decoded as such; otherwise their bytes go to `marks` and they may
-  // decode to anything.
+  static constexpr float fp8_unit = Layout == fp8_layout::e5m2       ? 1.0f
+                                    : Layout == fp8_layout::e4m3fnuz ? 0x1p7f
+                                                                     : 0x1p8f;
+  // 32 codes as two vectors of their levels over fp8_unit, in the in-lane order of
+  // vpunpck{l,h}bw: out[0] holds codes 0-7 and 16-23, out[1] codes 8-15 and 24-31.
+  // Unpacking the codes under zero bytes widens them in place, where vpmovzxbw (decode_fp8)
+  // crosses lanes and so takes a slot of the two pipes that multiply on AMD Zen 5; the unit
+  // is left to the caller to fold into the query or the scale once. Exact: NaN codes give
+  // the canonical quiet NaN. Otherwise the bytes go to `marks`, and E4M3's NaN codes decode
+  // to some finite value, E5M2's to an fp16 NaN's payload.
   template <fp8_layout Layout, bool Exact>
   static void decode_fp8_pair(const std::uint8_t* codes, __m512 (&out)[2], fp8_nan_marks<Layout>& marks) noexcept {
     const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)), zero = _mm256_setzero_si256();
     if constexpr (!Exact) marks.add(bytes);
     const __m256i high_bytes[2] = {_mm256_unpacklo_epi8(zero, bytes), _mm256_unpackhi_epi8(zero, bytes)};
     for (std::size_t k = 0; k < 2; ++k)
-      out[k] = _mm512_cvtph_ps(Exact ? fp8_exact_half_bits<Layout>(high_bytes[k]) : fp8_half_bits<Layout>(high_bytes[k]));
+      out[k] =
+          _mm512_cvtph_ps(Exact ? fp8_exact_half_bits<Layout>(high_bytes[k]) : fp8_half_bits<Layout>(high_bytes[k]));
   }
   // Channel c of 32 at position fp8_pair_position(c) of a decode_fp8_pair vector pair.
   static constexpr std::size_t fp8_pair_position(std::size_t c) noexcept {
@@ -1037,18 +1040,14 @@ struct kernels {
                         float* scores, std::size_t stride) noexcept {
     using values = coded_values<Affine, Bits>;
     const values decode(f);
-    if constexpr (is_avx512 && !Affine && Bits == 8)
-      if (decode.fp8 != fp8_layout::none && decode.shape() == param_shape::whole) {
-        const auto fp8 = [&]<fp8_layout Layout>() {
-          return dot_fp8_heads<Layout, H>(decode, queries, records, count, scores, stride);
-        };
-        switch (decode.fp8) {
-        case fp8_layout::e4m3: if (fp8.template operator()<fp8_layout::e4m3>()) return; break;
-        case fp8_layout::e4m3fnuz: if (fp8.template operator()<fp8_layout::e4m3fnuz>()) return; break;
-        case fp8_layout::e5m2: if (fp8.template operator()<fp8_layout::e5m2>()) return; break;
-        case fp8_layout::none: break;
-        }
-      }
+    if constexpr (is_avx512 && !Affine && Bits == 8) { // fp8 layouts: the pair kernel where it fits
+      bool done = false;
+      with_layout(decode, [&]<std::size_t, param_shape, fp8_layout Fp8>() {
+        if constexpr (Fp8 != fp8_layout::none)
+          done = dot_fp8_heads<Fp8, H>(decode, queries, records, count, scores, stride);
+      });
+      if (done) return;
+    }
     if constexpr (H == 1)
       if (decode.shape() == param_shape::whole)
         return with_layout(decode, [&]<std::size_t Blocks, param_shape, fp8_layout Fp8>() {
@@ -1267,8 +1266,8 @@ struct kernels {
   // fp8 codes (fp8_pairs_fit), H heads: each head's sums are kept in decode_fp8_pair's
   // order for the call and each token's scales multiplied by the layout's unit once
   // (fp8_scales), so each 16 codes cost a conversion, a multiply and a multiply-add per
-  // head; every value and sum is bit for bit axpy_coded_heads'. False (nothing done) for
-  // other records.
+  // head; every value and sum is bit for bit axpy_coded_heads' (a NaN's payload aside).
+  // False (nothing done) for other records.
   template <fp8_layout Layout, std::size_t H>
   static bool axpy_fp8_heads(const coded_values<false, 8>& decode, const float* weights, std::size_t stride,
                              const std::uint8_t* records, std::size_t count, float* acc) noexcept {
