@@ -2,6 +2,8 @@
 // spec, Lloyd-Max and TurboQuant distortions, llama.cpp's block formats.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -91,6 +93,34 @@ BOOST_AUTO_TEST_CASE(fp8_rounds_halfway_values_to_the_even_mantissa_and_saturate
     BOOST_TEST(q.encode(1e30f, {.scale = 1.0f}) == f.max_code);
     BOOST_TEST(q.encode(-1e30f, {.scale = 1.0f}) == (f.max_code | 0x80u));
     BOOST_TEST(q.encode(-0.0f, {.scale = 1.0f}) == 0u); // one zero code (FNUZ: 0x80 is NaN)
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp8_encodes_any_float_to_the_nearest_code_found_by_search) {
+  // The encoder rounds on the float's bits; the reference here searches every code's
+  // definition for the nearest level to the saturated magnitude (ties to the even code).
+  // Random bit patterns reach every binade, subnormals, infinities and NaNs alike.
+  kvlab::random_stream random(8, 3);
+  for (const auto& f : fp8_cases) {
+    const auto q = components().make_quantizer(f.name);
+    for (const float scale : {1.0f, 0.375f, 3.0e-3f}) {
+      for (int sample = 0; sample < 40000; ++sample) {
+        const auto x = std::bit_cast<float>(static_cast<std::uint32_t>(random.next()));
+        const float y = x / scale, magnitude = std::min(std::fabs(y), f.max_finite);
+        unsigned nearest = 0;
+        if (!std::isnan(y)) {
+          double best = INFINITY;
+          for (unsigned code = 0; code <= f.max_code; ++code) {
+            const double distance = std::fabs(double{f.definition(code)} - magnitude);
+            if (distance < best || (distance == best && code % 2 == 0)) best = distance, nearest = code;
+          }
+        }
+        const unsigned expected = nearest == 0 || !std::signbit(y) ? nearest : (nearest | 0x80u);
+        BOOST_TEST_REQUIRE(q.encode(x, {.scale = scale}) == expected, f.name << " x " << x << " scale " << scale
+                                                                             << " (bits "
+                                                                             << std::bit_cast<std::uint32_t>(x) << ")");
+      }
+    }
   }
 }
 
