@@ -1176,7 +1176,7 @@ struct kernels {
     return f.group_channels % 32 == 0 && f.params_per_group == 1 && !f.params_f32;
   }
   // Calls use.template operator()<Pairs, PairsPerGroup>() with both fixed at compile time
-  // for head_dim 128 in groups of 32, 64 or 128 channels (0: known at run time), so the
+  // for head_dim 64 and 128 in groups of 32 to 128 channels (0: known at run time), so the
   // common shapes get fully unrolled loops.
   template <class Use>
   static void with_fp8_pairs(const record_format& f, Use&& use) noexcept {
@@ -1184,6 +1184,10 @@ struct kernels {
       case 32: return use.template operator()<4, 1>();
       case 64: return use.template operator()<4, 2>();
       case 128: return use.template operator()<4, 4>();
+      }
+    if (f.head_dim == 64) switch (f.group_channels) {
+      case 32: return use.template operator()<2, 1>();
+      case 64: return use.template operator()<2, 2>();
       }
     use.template operator()<0, 0>();
   }
