@@ -808,9 +808,11 @@ struct kernels {
       out[k] =
           _mm512_cvtph_ps(Exact ? fp8_exact_half_bits<Layout>(high_bytes[k]) : fp8_half_bits<Layout>(high_bytes[k]));
   }
-  // Channel c of 32 at position fp8_pair_position(c) of a decode_fp8_pair vector pair.
+  // Where channel c lands in a row laid out as decode_fp8_pair's vector pairs, 32 channels
+  // per pair.
   static constexpr std::size_t fp8_pair_position(std::size_t c) noexcept {
-    return (c % 16 >= 8 ? 16 : 0) + (c >= 16 ? 8 : 0) + c % 8;
+    const std::size_t i = c % 32;
+    return c - i + (i % 16 >= 8 ? 16 : 0) + (i >= 16 ? 8 : 0) + i % 8;
   }
 
   // The `width` codes at `codes` (AVX-512 only; other ISAs never see a layout).
@@ -1218,7 +1220,7 @@ struct kernels {
       for (std::size_t c = 0; c < n; ++c) {
         const float scaled = queries[h * n + c] * fp8_unit<Layout>;
         if (!(std::fabs(scaled) <= std::numeric_limits<float>::max())) return false;
-        folded[h][c / 32 * 32 + fp8_pair_position(c % 32)] = scaled;
+        folded[h][fp8_pair_position(c)] = scaled;
       }
     with_fp8_pairs(f, [&]<std::size_t Pairs, std::size_t PairsPerGroup>() {
       const std::size_t pairs_per_group = PairsPerGroup ? PairsPerGroup : f.group_channels / 32;
@@ -1283,7 +1285,7 @@ struct kernels {
     const std::size_t n = f.head_dim;
     alignas(64) float sums[H][max_head_dim];
     for (std::size_t h = 0; h < H; ++h)
-      for (std::size_t c = 0; c < n; ++c) sums[h][c / 32 * 32 + fp8_pair_position(c % 32)] = acc[h * n + c];
+      for (std::size_t c = 0; c < n; ++c) sums[h][fp8_pair_position(c)] = acc[h * n + c];
     with_fp8_pairs(f, [&]<std::size_t Pairs, std::size_t PairsPerGroup>() {
       const std::size_t pairs = Pairs ? Pairs : n / 32;
       const std::size_t pairs_per_group = PairsPerGroup ? PairsPerGroup : f.group_channels / 32;
@@ -1333,7 +1335,7 @@ struct kernels {
       }
     });
     for (std::size_t h = 0; h < H; ++h)
-      for (std::size_t c = 0; c < n; ++c) acc[h * n + c] = sums[h][c / 32 * 32 + fp8_pair_position(c % 32)];
+      for (std::size_t c = 0; c < n; ++c) acc[h * n + c] = sums[h][fp8_pair_position(c)];
     return true;
   }
 
