@@ -47,6 +47,10 @@ struct record_format {
   std::size_t groups() const noexcept { return head_dim / group_channels; }
 };
 
+// The vector kernels keep the sums of up to this many query heads of a GQA group in
+// registers; a larger group takes one pass over the records per heads_per_pass heads.
+inline constexpr std::size_t heads_per_pass = 4;
+
 // Values of 2- and 4-bit affine codes (scale * (code - offset), plus a zero with two
 // parameters per group: int<b>, uint<b>) with fp16 parameters, in groups of whole
 // 32-channel units and up to 256 channels: the records axpy_records_fixed takes.

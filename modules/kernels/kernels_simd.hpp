@@ -515,7 +515,7 @@ struct kernels {
   // floats) and then used by every head, up to max_heads at a time with their sums in
   // registers.
 
-  static constexpr std::size_t max_heads = 4;
+  static constexpr std::size_t max_heads = heads_per_pass;
   static constexpr std::size_t max_head_dim = 1024;
   static constexpr std::size_t max_groups = 64;
 
