@@ -539,13 +539,19 @@ struct kernels {
     const std::uintptr_t first = (start + 63) & ~std::uintptr_t{63};
     return {first, first < start + bytes ? (start + bytes - first + 63) / 64 : 0};
   }
+  // Every line [begin, begin + bytes) touches.
+  static prefetch_span lines_covering(const std::uint8_t* begin, std::size_t bytes) noexcept {
+    const std::uintptr_t start = reinterpret_cast<std::uintptr_t>(begin), first = start & ~std::uintptr_t{63};
+    return {first, bytes == 0 ? 0 : (start + bytes - first + 63) / 64};
+  }
   // A request waits for a free L1 fill buffer, so a burst of them stalls the loop: loops
   // over many records spread their requests over their work, asking in part `part` of
   // `parts` for lines part, part + parts, ... (measured 5-10 % faster from DRAM than one
   // burst per 16 records).
+  template <int Hint = _MM_HINT_T1>
   static void prefetch_part(prefetch_span span, std::size_t part, std::size_t parts) noexcept {
     for (std::size_t line = part; line < span.lines; line += parts)
-      _mm_prefetch(reinterpret_cast<const char*>(span.first + 64 * line), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(span.first + 64 * line), Hint);
   }
 
   // scores[h * stride + t] = sum of the lanes of token(t)[h] for t < count and h < H,
@@ -2287,7 +2293,7 @@ struct kernels {
     struct chunk_run {
       const std::uint8_t* records;
       std::size_t size;
-      prefetch_span ahead;
+      prefetch_span ahead, next; // lines 8 KiB past the next chunk into L2; the next chunk's into L1
     };
     const auto pass = [&]<bool Full>(const chunk_run& chunk,
                                      std::size_t p) __attribute__((noinline, target("avx512vnni,avx512vbmi"))) {
@@ -2304,6 +2310,7 @@ struct kernels {
         for (std::size_t j = 0; j < 4; ++j) acc[v][j] = _mm512_load_si512(partial[p][v][j]);
       for (std::size_t q = 0; q < chunk_quads; ++q) {
         if (p == 0) prefetch_part(chunk.ahead, q, chunk_quads);
+        if (p == passes - 1) prefetch_part<_MM_HINT_T0>(chunk.next, q, chunk_quads);
         const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + pass_bytes * p;
         // head_dim 128 (HeadDim) takes every pass's bytes whole: plain loads, which from DRAM
         // measured faster than masked ones (KIVI-2's values 1.88-1.96 to 1.76-1.82 ns per token)
@@ -2374,10 +2381,17 @@ struct kernels {
         // against 6.0-6.2 with the float loop; with the lead, 6.3-6.4. They are loaded after
         // this chunk's passes, not before: from DRAM the values alone took 2.05-2.25 ns per
         // token against 2.35-2.5 (int4@group(32)) and 1.93-2.05 against 2.0-2.3 (KIVI-2's),
-        // with the same times in L2 and L3. (Also asking for the next chunk's lines into L1
-        // during the first pass cost 5-9 % in L2 and L3 and gained nothing more.)
-        const chunk_run chunk{chunk_records, size,
-                              lines_ahead(chunk_records + fixed_chunk * record_bytes, size * record_bytes)};
+        // with the same times in L2 and L3. The last pass asks for the next chunk's lines
+        // into L1 (in the first pass that cost 5-9 % in L2 and L3): otherwise whether those
+        // loads found their lines in L1 depended on where the linker put the code (the
+        // hardware's L1 prefetchers go by the loads' addresses). KIVI-2 attention, one
+        // benchmark binary linked at four code offsets 16 bytes apart: 4.57-5.66 ns per
+        // token without, 4.57-4.91 with.
+        const std::uint8_t* next_records = chunk_records + fixed_chunk * record_bytes;
+        const std::size_t next_size =
+            first + fixed_chunk < count ? std::min(fixed_chunk, count - first - fixed_chunk) : 0;
+        const chunk_run chunk{chunk_records, size, lines_ahead(next_records, size * record_bytes),
+                              lines_covering(next_records, next_size * record_bytes)};
         for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
         for (std::size_t p = 0; p < passes; ++p) {
           if (size == fixed_chunk)
@@ -2692,11 +2706,16 @@ struct kernels {
           } else {
             // KIVI's parameters are folded and sliced in one (fold_and_slice_lane_query)
             const bool fused = per_channel == 2 && !params_f32 && f.offset == 0.0f;
+            const std::size_t param_bytes = n * per_channel * (params_f32 ? 4 : 2);
             with_lane_shape(f, [&]<std::size_t CodeBytes>() {
               alignas(64) float scaled[4 * CodeBytes];
               const lane_columns<CodeBytes> columns = transposed_query<CodeBytes>(query);
               for (std::size_t b = 0; b < count; ++b) {
                 const channel_block& block = blocks[b];
+                // The next block's parameters into L1 while this block's rows are worked on:
+                // its fold loads them first thing (KIVI-2's keys from DRAM 2.26-2.29 to
+                // 2.18-2.26 ns per token, medians over four code offsets).
+                if (b + 1 < count) prefetch_part<_MM_HINT_T0>(lines_covering(blocks[b + 1].params, param_bytes), 0, 1);
                 float* block_scores = scores + h * stride + block.first;
                 lane_query sliced;
                 float zero_term;
