@@ -5,10 +5,18 @@
 // of 32 tokens, their parameters folded into the query per block) get dot, axpy, dot4 and
 // axpy4 too, to compare with the same codes in per-token groups. Counters are bytes per
 // second: records read for decode/dot/axpy, float input plus records written for encode.
+// kivi2/ takes KIVI-2's decode step for one query head apart, each kernel alone on 2048
+// tokens in L2 (ns_per_token): keys (per-channel blocks of 32 rows, the query folded with
+// each block's parameters and sliced, then the rows), the same blocks without rows (the
+// per-block preparation alone), the same rows as one block (the rows alone), softmax, and
+// the values in fixed point.
 //   build/test/kvlab_bench_kernels --benchmark_filter='int4@group\(32\)/128' --benchmark_format=json
+//   build/test/kvlab_bench_kernels --benchmark_filter='kivi2/' --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,6 +80,83 @@ void kernel_benchmark(benchmark::State& state, std::string quantizer, std::strin
   state.SetLabel(std::string(kvlab::isa_name(kernels.instruction_set)));
 }
 
+enum class kivi2_phase { keys, keys_prepare, keys_rows, softmax, values };
+constexpr const char* kivi2_phase_names[] = {"keys", "keys_prepare", "keys_rows", "softmax", "values"};
+
+void kivi2_benchmark(benchmark::State& state, kivi2_phase phase) {
+  constexpr std::size_t head_dim = 128, tokens = 2048, block_tokens = 32, groups = head_dim / 32;
+  const auto& kernels = kvlab::active_kernels();
+  std::mt19937 random(1);
+  const auto half = [&](float lo, float hi) {
+    return kvlab::float_to_half_bits(std::uniform_real_distribution<float>(lo, hi)(random));
+  };
+  // Keys: bare 2-bit rows; per block of 32, each channel's fp16 scale and zero (a dword).
+  const kvlab::record_format key_rows{.kind = kvlab::element_kind::affine_codes,
+                                      .record_bytes = head_dim / 4,
+                                      .head_dim = head_dim,
+                                      .group_channels = head_dim,
+                                      .bits = 2};
+  std::vector<std::uint8_t> rows(tokens * key_rows.record_bytes), key_params(tokens / block_tokens * head_dim * 4);
+  for (auto& byte : rows) byte = static_cast<std::uint8_t>(random());
+  for (std::size_t i = 0; i < key_params.size() / 4; ++i) {
+    const std::uint16_t scale_zero[2] = {half(0.01f, 0.3f), half(-1.0f, 0.0f)};
+    std::memcpy(key_params.data() + 4 * i, scale_zero, 4);
+  }
+  std::vector<kvlab::channel_block> blocks;
+  for (std::size_t b = 0; b < tokens / block_tokens; ++b)
+    blocks.push_back({key_params.data() + b * head_dim * 4, rows.data() + b * block_tokens * key_rows.record_bytes,
+                      b * block_tokens, phase == kivi2_phase::keys_prepare ? 0 : block_tokens});
+  if (phase == kivi2_phase::keys_rows) blocks.assign(1, {key_params.data(), rows.data(), 0, tokens});
+  // Values: per token 2-bit codes, then per group of 32 channels an fp16 scale and zero.
+  const kvlab::record_format values{.kind = kvlab::element_kind::affine_codes,
+                                    .record_bytes = head_dim / 4 + groups * 4,
+                                    .head_dim = head_dim,
+                                    .group_channels = 32,
+                                    .bits = 2,
+                                    .params_per_group = 2};
+  std::vector<std::uint8_t> records(tokens * values.record_bytes);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    std::uint8_t* record = records.data() + t * values.record_bytes;
+    for (std::size_t i = 0; i < head_dim / 4; ++i) record[i] = static_cast<std::uint8_t>(random());
+    for (std::size_t g = 0; g < 2 * groups; ++g) {
+      const std::uint16_t param = g % 2 == 0 ? half(0.01f, 0.3f) : half(-1.0f, 0.0f);
+      std::memcpy(record + head_dim / 4 + 2 * g, &param, 2);
+    }
+  }
+  // Weights of 1 / tokens and scales below 1: F below 2^13 on a grid of 2^24.
+  std::vector<float> query(head_dim), scores(tokens), weights(tokens, 1.0f / tokens), grid(2 * groups, 0x1p24f);
+  for (auto& q : query) q = std::normal_distribution<float>()(random);
+  std::vector<std::int64_t> sums(head_dim), zero_sums(groups);
+  std::vector<std::uint64_t> weight_sums(groups);
+  if (phase == kivi2_phase::values && !kernels.axpy_records_fixed) {
+    state.SkipWithError("the active ISA has no fixed-point values");
+    return;
+  }
+  for (auto _ : state) {
+    switch (phase) {
+    case kivi2_phase::keys:
+    case kivi2_phase::keys_prepare:
+    case kivi2_phase::keys_rows:
+      kernels.dot_channel_blocks(key_rows, blocks.data(), blocks.size(), 2, false, query.data(), 1, scores.data(),
+                                 tokens);
+      break;
+    case kivi2_phase::softmax:
+      std::fill(scores.begin(), scores.end(), 0.5f);
+      benchmark::DoNotOptimize(kernels.softmax(scores.data(), tokens));
+      break;
+    case kivi2_phase::values:
+      kernels.axpy_records_fixed(values, weights.data(), tokens, 1, grid.data(), records.data(), tokens, sums.data(),
+                                 weight_sums.data(), zero_sums.data());
+      break;
+    }
+    benchmark::DoNotOptimize(scores.data());
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["ns_per_token"] = benchmark::Counter(
+      static_cast<double>(tokens) / 1e9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetLabel(std::string(kvlab::isa_name(kernels.instruction_set)));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +174,11 @@ int main(int argc, char** argv) {
                                        kernel_benchmark, quantizer, granularity, head_dim, op)
               ->MinTime(0.05);
         }
+  for (const auto phase : {kivi2_phase::keys, kivi2_phase::keys_prepare, kivi2_phase::keys_rows, kivi2_phase::softmax,
+                           kivi2_phase::values})
+    benchmark::RegisterBenchmark((std::string("kivi2/") + kivi2_phase_names[static_cast<int>(phase)]).c_str(),
+                                 kivi2_benchmark, phase)
+        ->MinTime(0.1);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
