@@ -86,6 +86,10 @@ constexpr const char* kivi2_phase_names[] = {"keys", "keys_prepare", "keys_rows"
 void kivi2_benchmark(benchmark::State& state, kivi2_phase phase) {
   constexpr std::size_t head_dim = 128, tokens = 2048, block_tokens = 32, groups = head_dim / 32;
   const auto& kernels = kvlab::active_kernels();
+  if (phase == kivi2_phase::values && !kernels.axpy_records_fixed) {
+    state.SkipWithError("the active ISA has no fixed-point values");
+    return;
+  }
   std::mt19937 random(1);
   const auto half = [&](float lo, float hi) {
     return kvlab::float_to_half_bits(std::uniform_real_distribution<float>(lo, hi)(random));
@@ -128,10 +132,6 @@ void kivi2_benchmark(benchmark::State& state, kivi2_phase phase) {
   for (auto& q : query) q = std::normal_distribution<float>()(random);
   std::vector<std::int64_t> sums(head_dim), zero_sums(groups);
   std::vector<std::uint64_t> weight_sums(groups);
-  if (phase == kivi2_phase::values && !kernels.axpy_records_fixed) {
-    state.SkipWithError("the active ISA has no fixed-point values");
-    return;
-  }
   for (auto _ : state) {
     switch (phase) {
     case kivi2_phase::keys:
