@@ -7,9 +7,9 @@
 // second: records read for decode/dot/axpy, float input plus records written for encode.
 // kivi2/ takes KIVI-2's decode step for one query head apart, each kernel alone on 2048
 // tokens in L2 (ns_per_token): keys (per-channel blocks of 32 rows, the query folded with
-// each block's parameters and sliced, then the rows), the same blocks without rows (the
-// per-block preparation alone), the same rows as one block (the rows alone), softmax, and
-// the values in fixed point.
+// each block's parameters, then the rows), the same blocks without rows (the per-block
+// preparation alone), the same rows as one block (the rows alone), softmax, and the values
+// in fixed point.
 //   build/test/kvlab_bench_kernels --benchmark_filter='int4@group\(32\)/128' --benchmark_format=json
 //   build/test/kvlab_bench_kernels --benchmark_filter='kivi2/' --benchmark_repetitions=3
 #include <benchmark/benchmark.h>

@@ -9,9 +9,9 @@
 
 namespace kvlab::kernels {
 
-// avx512_vnni: the AVX-512 kernels, with integer dot products for the keys of affine codes
-// and, where the CPU also has AVX-512 VBMI (Ice Lake, Zen 4 and later), fixed-point values
-// of 4-bit ones.
+// avx512_vnni: the AVX-512 kernels, with integer dot products for the keys of 4- and 8-bit
+// affine codes with per-token parameters and, where the CPU also has AVX-512 VBMI (Ice Lake,
+// Zen 4 and later), fixed-point values of 2- and 4-bit ones.
 enum class isa { scalar, avx2, avx512, avx512_vnni };
 
 // How the elements of a record decode.

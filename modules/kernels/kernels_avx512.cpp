@@ -6,17 +6,14 @@ const kernel_table& avx512_kernels() noexcept {
   static constexpr kernel_table table = simd::kernels<xsimd::avx512bw>::table(isa::avx512);
   return table;
 }
-// The fixed-point values and the row-lane key dots use byte permutes (VBMI), which VNNI
-// CPUs before Ice Lake lack: there the values take the float loop and 2-bit keys without
-// parameters the avx512 kernels.
+// The fixed-point values use byte permutes (VBMI), which VNNI CPUs before Ice Lake lack:
+// there the values take the float loop.
 const kernel_table& avx512_vnni_kernels() noexcept {
   using kernels = simd::kernels<xsimd::avx512bw>;
   static constexpr kernel_table with_vbmi = kernels::table(isa::avx512_vnni);
   static constexpr kernel_table without_vbmi = [] {
     kernel_table table = with_vbmi;
     table.axpy_records_fixed = nullptr;
-    table.dot_records = &kernels::dot_records_vnni<false>;
-    table.dot_channel_blocks = &kernels::dot_channel_blocks;
     return table;
   }();
   static const bool vbmi = __builtin_cpu_supports("avx512vbmi");

@@ -1557,10 +1557,12 @@ struct kernels {
   // shifts, two permutes and two multiply-adds per head. Building the tables costs 2
   // vector operations per pair and head per call and saves about 3 per pair and 16 tokens.
   // Rows without parameters are KIVI's per-channel blocks, whose queries change every 32
-  // tokens: the tables would be rebuilt per block, which costs more than they save (one
-  // head on Zen 5, in L2: 22.3 against 18.0-18.2 us for 5,440 keys; KIVI-2 at GQA 4 on Sapphire
-  // Rapids 40-50 ns per token with them, 32-37 without). The choice depends on the format
-  // alone, never on the run's length, so splitting a run does not change its arithmetic.
+  // tokens: here the tables would be rebuilt per block and stored, which costs more than
+  // they save (one head on Zen 5, in L2: 22.3 against 18.0-18.2 us for 5,440 keys; KIVI-2 at
+  // GQA 4 on Sapphire Rapids 40-50 ns per token with them, 32-37 without). For one head the
+  // pair-row kernel below keeps them in registers, and pays. The choice depends on the
+  // format alone, never on the run's length, so splitting a run does not change its
+  // arithmetic.
   static constexpr std::size_t max_pair_channels = 256;
   static bool pair_tables_pay(const record_format& f) noexcept {
     return f.bits == 2 && f.head_dim <= max_pair_channels && f.params_per_group > 0;
@@ -1616,8 +1618,7 @@ struct kernels {
           for (std::size_t h = 0; h < H; ++h)
             for (std::size_t i = 0; i < n; i += 2)
               _mm512_store_ps(pair_tables + h * pair_stride + i / 2 * token_lanes,
-                              _mm512_fmadd_ps(_mm512_set1_ps(queries[h * n + i + 1]), highs,
-                                              _mm512_mul_ps(_mm512_set1_ps(queries[h * n + i]), lows)));
+                              pair_table(queries[h * n + i], queries[h * n + i + 1], lows, highs));
         if (params == 2) group_query_sums(f, queries, H, query_sums);
         for (std::size_t first = 0; first < count; first += token_lanes) {
           const auto [batch, valid, batch_records, ahead] =
@@ -1854,292 +1855,173 @@ struct kernels {
     }
   }
 
-  // --- 2-bit rows without parameters: integer dots in row lanes (AVX-512 VNNI) ---------
+  // --- 2-bit rows without parameters by pair tables (AVX-512) --------------------------
   // KIVI's keys (arXiv 2402.02750 section 3.2) come in per-channel blocks of bare 2-bit
-  // rows, the block's scales folded into the query. In token lanes each code costs a
-  // shift, a table permute and a multiply-add per 16 rows, the last two for the two vector
-  // pipes of AMD Zen 5 that also multiply (shifts run beside them). Here a vector holds
-  // whole rows as they lie in memory (64 / code_bytes of them; no transpose): the codes at
-  // position k of every byte are a shift and a mask, and vpdpbusd multiplies them by the
-  // query's bytes for those channels, sliced per unit of 32 channels as slice_query does
-  // (the same bound): 12 vpdpbusd and 7 other operations per 256 codes against 768
-  // operations in floats.
-  // Per row, the slices' dword sums are combined exactly (q1 2^14 + q2 2^7 + q3), the two
-  // dwords of each unit added, converted and scaled by the unit, and the units added in a
-  // fixed tree: the same order wherever a row falls in a batch or a run.
-  struct lane_query {
-    // bytes[k][p]: slice p of the query's elements in code order, byte j for channel
-    // 4 (j % code_bytes) + k (the code at bits 2k of row byte j % code_bytes).
-    alignas(64) std::int8_t bytes[4][query_slices][64];
-    alignas(64) float unit_scales[token_lanes]; // lane l: unit l % units, s / 2^14
-    float offset_term;                          // offset times the sum of the query
-  };
-  static bool row_lanes_fit(const record_format& f) noexcept {
+  // rows, each block's scales folded into the query, so anything built from the query is
+  // rebuilt every 32 rows. For one head, pair tables as T-MAC builds them (arXiv
+  // 2407.00088; see the token-lane kernel above) pay even so when they stay in registers:
+  // - rows are transposed 32 at a time into token lanes (dword j of 16 rows per vector),
+  //   kept in memory with 4 bytes to spare after them;
+  // - per dword of codes (16 channels), the 8 pair tables are built in registers (2
+  //   operations each) and serve both batches of 16 rows: per pair and batch one permute
+  //   and one add. Even pairs take their index from a load at byte offset 0-3 (vpermps
+  //   reads the low 4 bits of each lane), odd ones a shift of it: 4 shifts per dword
+  //   instead of 7;
+  // - each dword's 8 lookups are added in a fixed tree, the dwords in order.
+  // fp32 throughout, each table entry rounded once: the query is used as it is, not
+  // sliced. KIVI-2's keys, one head, in L2 on AMD Zen 5: 1.93 ns per token with row lanes
+  // and the query sliced (which this replaced), ? with these tables.
+  static bool pair_rows_fit(const record_format& f) noexcept {
     return is_avx512 && f.kind == element_kind::affine_codes && f.bits == 2 && f.params_per_group == 0 &&
            (f.head_dim == 64 || f.head_dim == 128 || f.head_dim == 256);
   }
-  // A query's elements per 64 channels, transposed: columns[g][k] holds, in lane j, the
-  // element of channel 64 g + 4 j + k (the code at bits 2k of row byte 16 g + j), so its
-  // lanes are the channels of 16 consecutive row bytes, 8 from each of two units.
-  template <std::size_t CodeBytes>
-  struct lane_columns {
-    __m512 columns[CodeBytes / 16][4];
-  };
-  template <std::size_t CodeBytes>
-  static lane_columns<CodeBytes> transposed_query(const float* query) noexcept {
-    lane_columns<CodeBytes> out;
-    for (std::size_t g = 0; g < CodeBytes / 16; ++g) {
-      __m512i rows[4], columns[4];
-      for (std::size_t i = 0; i < 4; ++i) rows[i] = _mm512_castps_si512(_mm512_loadu_ps(query + 64 * g + 16 * i));
-      transpose_16x4(rows, 4, columns);
-      for (std::size_t k = 0; k < 4; ++k) out.columns[g][k] = _mm512_castsi512_ps(columns[k]);
-    }
-    return out;
+  // The 16-entry table of a pair of channels: entry a + 4 b is q_low level(a) + q_high
+  // level(b), for lows[i] = level(i % 4) and highs[i] = level(i / 4).
+  static __m512 pair_table(float q_low, float q_high, __m512 lows, __m512 highs) noexcept {
+    return _mm512_fmadd_ps(_mm512_set1_ps(q_high), highs, _mm512_mul_ps(_mm512_set1_ps(q_low), lows));
   }
-  // A transposed query (after any fold) sliced into `out`; false if an element is not
-  // finite (its dot is then the float kernels'). Each unit's maximum is taken from the
-  // columns themselves: every lane of a unit's half ends up holding it, so no per-unit
-  // broadcasts are needed. The slices' low bytes (split_into_slices) of every 64 channels
-  // are then gathered into rows by one byte permute per code position and slice.
-  template <std::size_t CodeBytes>
-  __attribute__((always_inline, target("avx512vbmi"))) static bool slice_lane_columns(const lane_columns<CodeBytes>& q,
-                                                                                      lane_query& out) noexcept {
-    constexpr std::size_t groups = CodeBytes / 16; // of 64 channels
-    const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max()), tiny = _mm512_set1_ps(1e-30f);
-    __m512 steps[groups];
-    slice_factors factors[groups];
-    for (std::size_t g = 0; g < groups; ++g) {
-      __m512 m = _mm512_abs_ps(q.columns[g][0]);
-      for (std::size_t k = 1; k < 4; ++k) m = _mm512_max_ps(m, _mm512_abs_ps(q.columns[g][k]));
-      m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1))); // within each half of 8 lanes
-      m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
-      m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
-      if (_mm512_cmp_ps_mask(m, largest, _CMP_LE_OQ) != 0xffff) return false; // NaN or infinite
-      // As slice_query: below 1e-30 a unit counts as zero.
-      const __mmask16 nonzero = _mm512_cmp_ps_mask(m, tiny, _CMP_GE_OQ);
-      steps[g] = _mm512_maskz_div_ps(nonzero, m, _mm512_set1_ps(127.0f));
-      factors[g] = slice_factors_of(steps[g], _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0f), m));
-    }
-    // Byte b of a row vector: channel 4 j + k, j = b % code_bytes, which is lane j % 16 of
-    // group j / 16's column k (byte 4 j of a table of two groups).
-    alignas(64) std::uint8_t picks[64];
-    for (std::size_t b = 0; b < 64; ++b)
-      picks[b] = static_cast<std::uint8_t>(4 * (b % std::min<std::size_t>(CodeBytes, 32)));
-    __m512i pick = _mm512_load_si512(picks);
-    asm("" : "+v"(pick)); // kept opaque: clang turns a known byte permute into 4 other shuffles
-    for (std::size_t k = 0; k < 4; ++k) {
-      __m512i slices[groups][query_slices];
-      for (std::size_t g = 0; g < groups; ++g) split_into_slices(q.columns[g][k], factors[g], slices[g]);
-      for (std::size_t p = 0; p < query_slices; ++p) {
-        __m512i bytes;
-        if constexpr (groups == 1) {
-          bytes = _mm512_permutexvar_epi8(pick, slices[0][p]);
-        } else {
-          bytes = _mm512_permutex2var_epi8(slices[0][p], pick, slices[1][p]);
-          if constexpr (groups == 4) // bytes 32-63 from groups 2 and 3
-            bytes = _mm512_mask_blend_epi8(~__mmask64{0} << 32, bytes,
-                                           _mm512_permutex2var_epi8(slices[2][p], pick, slices[3][p]));
-        }
-        _mm512_store_si512(out.bytes[k][p], bytes);
-      }
-    }
-    // Lane l: unit l % units, whose step is lane 8 (u % 2) of group u / 2's steps.
-    alignas(64) std::int32_t units_of_lanes[16];
-    constexpr std::size_t units = 2 * groups;
-    for (std::size_t l = 0; l < 16; ++l)
-      units_of_lanes[l] = static_cast<std::int32_t>(l % units % 4 / 2 * 16 + l % 2 * 8);
-    const __m512i unit_lanes = _mm512_load_si512(units_of_lanes);
-    __m512 unit_steps;
-    if constexpr (groups == 1) {
-      unit_steps = _mm512_permutexvar_ps(unit_lanes, steps[0]);
-    } else {
-      unit_steps = _mm512_permutex2var_ps(steps[0], unit_lanes, steps[1]);
-      if constexpr (groups == 4) // units 4-7 from groups 2 and 3
-        unit_steps = _mm512_mask_blend_ps(0xf0f0, unit_steps, _mm512_permutex2var_ps(steps[2], unit_lanes, steps[3]));
-    }
-    _mm512_store_ps(out.unit_scales, _mm512_mul_ps(unit_steps, _mm512_set1_ps(0x1p-14f)));
-    return true;
+  // Vectors of 2 rows of 8 dwords (vector i: rows 2 i and 2 i + 1) transposed: lane t of
+  // columns[d] is dword d of row t. Three rounds of 8 two-source permutes: 4 rows of 4
+  // dwords, 8 rows of 2, 16 rows of 1.
+  static void transpose_16x8(const __m512i (&rows)[8], __m512i (&columns)[8]) noexcept {
+    const __m512i quads[2] = {_mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27),
+                              _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31)};
+    const __m512i pairs[2] = {_mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29),
+                              _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31)};
+    const __m512i singles[2] = {_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+                                _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)};
+    __m512i four[8], eight[8]; // four[4 h + i]: dwords 4 h to 4 h + 3 of rows 4 i to 4 i + 3
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 0; i < 4; ++i)
+        four[4 * h + i] = _mm512_permutex2var_epi32(rows[2 * i], quads[h], rows[2 * i + 1]);
+    // eight[4 h + 2 i + p]: dwords 4 h + 2 p and 4 h + 2 p + 1 of rows 8 i to 8 i + 7
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 0; i < 2; ++i)
+        for (std::size_t p = 0; p < 2; ++p)
+          eight[4 * h + 2 * i + p] = _mm512_permutex2var_epi32(four[4 * h + 2 * i], pairs[p], four[4 * h + 2 * i + 1]);
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t p = 0; p < 2; ++p)
+        for (std::size_t s = 0; s < 2; ++s)
+          columns[4 * h + 2 * p + s] = _mm512_permutex2var_epi32(eight[4 * h + p], singles[s], eight[4 * h + 2 + p]);
   }
-  template <std::size_t CodeBytes>
-  __attribute__((target("avx512vbmi"))) static bool slice_lane_query(const record_format& f, const float* query,
-                                                                     lane_query& out) noexcept {
-    if (!slice_lane_columns<CodeBytes>(transposed_query<CodeBytes>(query), out)) return false;
-    out.offset_term = f.offset != 0.0f ? f.offset * std::accumulate(query, query + 4 * CodeBytes, 0.0f) : 0.0f;
-    return true;
-  }
-  // fold_channel_params (KIVI's layout: fp16 scale and zero of a channel in the low and
-  // high half of a dword, no offset) and slice_lane_query in one, for a query transposed
-  // once for all blocks: the same scaled query, slices and zero term. The scales are
-  // gathered into the query's transposed order by word permutes (4 per 64 channels, in
-  // place of transposing the scaled query: 8), the zeros in channel order as the fold adds
-  // them. False (nothing written) if the folded query is not finite.
-  template <std::size_t CodeBytes>
-  __attribute__((target("avx512vbmi"))) static bool
-  fold_and_slice_lane_query(const std::uint8_t* params, const float* query, const lane_columns<CodeBytes>& columns,
-                            lane_query& out, float& zero_term) noexcept {
-    constexpr std::size_t groups = CodeBytes / 16;
-    // Word w of: the zeros of 32 channels (their parameters' odd words); a half group's
-    // scales in transposed order (8 k + j: channel 4 j + k, j < 8); and two code positions'
-    // scales of a group from its halves' (16 k + j, k < 2, the second half's for j >= 8).
-    alignas(64) std::int16_t words[4][32];
-    for (std::size_t w = 0; w < 32; ++w) {
-      const std::size_t k = w / 8 % 4, j = w % 8, k2 = w / 16, j2 = w % 16;
-      words[0][w] = static_cast<std::int16_t>(2 * w + 1);
-      words[1][w] = static_cast<std::int16_t>(2 * (4 * j + k));
-      words[2][w] = static_cast<std::int16_t>((j2 >= 8 ? 32 : 0) + 8 * k2 + j2 % 8);
-      words[3][w] = static_cast<std::int16_t>((j2 >= 8 ? 32 : 0) + 8 * (k2 + 2) + j2 % 8);
-    }
-    const __m512i zero_words = _mm512_load_si512(words[0]), half_scales = _mm512_load_si512(words[1]);
-    const __m512i first_two = _mm512_load_si512(words[2]), last_two = _mm512_load_si512(words[3]);
-    lane_columns<CodeBytes> scaled;
-    floats zero_sum(0.0f);
-    for (std::size_t g = 0; g < groups; ++g) {
-      __m512i halves[2];
-      for (std::size_t half = 0; half < 2; ++half) {
-        const std::size_t c = 64 * g + 32 * half;
-        const __m512i first = _mm512_loadu_si512(params + 4 * c), second = _mm512_loadu_si512(params + 4 * c + 64);
-        halves[half] = _mm512_permutex2var_epi16(first, half_scales, second);
-        const __m512i zeros = _mm512_permutex2var_epi16(first, zero_words, second);
-        zero_sum =
-            fmadd(floats::load_unaligned(query + c), floats(_mm512_cvtph_ps(_mm512_castsi512_si256(zeros))), zero_sum);
-        zero_sum = fmadd(floats::load_unaligned(query + c + 16),
-                         floats(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(zeros, 1))), zero_sum);
-      }
-      const __m512i pairs[2] = {_mm512_permutex2var_epi16(halves[0], first_two, halves[1]),
-                                _mm512_permutex2var_epi16(halves[0], last_two, halves[1])};
-      for (std::size_t k = 0; k < 4; ++k) {
-        const __m256i scales =
-            k % 2 == 0 ? _mm512_castsi512_si256(pairs[k / 2]) : _mm512_extracti64x4_epi64(pairs[k / 2], 1);
-        scaled.columns[g][k] = _mm512_mul_ps(columns.columns[g][k], _mm512_cvtph_ps(scales));
-      }
-    }
-    if (!slice_lane_columns<CodeBytes>(scaled, out)) return false;
-    out.offset_term = 0.0f;
-    zero_term = xsimd::hadd(zero_sum);
-    return true;
-  }
-  // scores[t] = query . (row t's codes - offset) for the sliced query, plus zero_term
-  // after it when AddZeroTerm (a per-channel block's, as add_zero_terms would add it);
-  // CodeBytes = head_dim / 4.
-  template <std::size_t CodeBytes, bool AddZeroTerm = false>
-  __attribute__((target("avx512vnni"))) static void dot_row_lanes(const record_format& f, const lane_query& query,
-                                                                  const std::uint8_t* records, std::size_t count,
-                                                                  float* scores, float zero_term = 0.0f) noexcept {
-    constexpr std::size_t per_vector = 64 / CodeBytes;        // rows
-    constexpr std::size_t vectors = token_lanes / per_vector; // per batch of 16 rows
-    const std::size_t record_bytes = f.record_bytes;
-    const __m512i code_mask = _mm512_set1_epi8(3);
-    const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    // Vector v of a batch of `size` rows: its rows' code bytes, 0 past the batch.
-    const auto load_rows = [&]<bool Full>(const std::uint8_t* batch, std::size_t size,
-                                          std::size_t v) __attribute__((always_inline)) {
-      if constexpr (Full) return _mm512_loadu_si512(batch + 64 * v); // 16 packed rows
-      const std::size_t first = v * per_vector;
-      if (first >= size) return _mm512_setzero_si512();
-      const std::size_t rows = std::min(per_vector, size - first);
-      if (record_bytes == CodeBytes) // packed rows: one load
-        return _mm512_maskz_loadu_epi8(rows == per_vector ? ~__mmask64{0} : (__mmask64{1} << rows * CodeBytes) - 1,
-                                       batch + first * CodeBytes);
-      __m512i x = _mm512_setzero_si512();
-      for (std::size_t r = 0; r < rows; ++r) {
-        const __mmask64 lanes = (CodeBytes == 64 ? ~__mmask64{0} : (__mmask64{1} << CodeBytes) - 1) << r * CodeBytes;
-        // masked-off bytes are neither read nor faulted on
-        x = _mm512_mask_loadu_epi8(x, lanes, batch + (first + r) * record_bytes - r * CodeBytes);
-      }
-      return x;
-    };
-    // A vector's rows: per dword, the sum over its 16 codes of code times query, in units of
-    // the slices' last step (exact: at most 16 * 3 * 127 * 2^14 < 2^27).
-    const auto row_sums = [&](__m512i x) __attribute__((always_inline, target("avx512vnni"))) {
-      __m512i codes[4];
-      codes[0] = _mm512_and_si512(x, code_mask);
-      for (std::size_t k = 1; k < 4; ++k)
-        codes[k] = _mm512_and_si512(_mm512_srli_epi32(x, static_cast<unsigned>(2 * k)), code_mask);
-      __m512i dots[query_slices];
-      for (std::size_t p = 0; p < query_slices; ++p) {
-        dots[p] = _mm512_setzero_si512();
-        for (std::size_t k = 0; k < 4; ++k)
-          dots[p] = _mm512_dpbusd_epi32(dots[p], codes[k], _mm512_load_si512(query.bytes[k][p]));
-      }
-      return _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(dots[0], 14), _mm512_slli_epi32(dots[1], 7)), dots[2]);
-    };
-    // Adjacent lanes of two vectors added: the first vector's pairs in lanes 0-7, the
-    // second's in 8-15.
-    const auto add_pairs = [&](__m512 a, __m512 b) __attribute__((always_inline)) {
-      return _mm512_add_ps(_mm512_permutex2var_ps(a, evens, b), _mm512_permutex2var_ps(a, odds, b));
-    };
-    const __m512 unit_scales = _mm512_load_ps(query.unit_scales), offset_term = _mm512_set1_ps(query.offset_term);
-    const auto run_batch = [&]<bool Full>(std::size_t first) __attribute__((always_inline, target("avx512vnni"))) {
-      const std::size_t size = Full ? token_lanes : std::min(token_lanes, count - first);
-      const std::uint8_t* batch = records + first * record_bytes;
-      const prefetch_span ahead = lines_ahead(batch, size * record_bytes);
-      __m512 units[vectors / 2]; // lane: a unit of a row, the rows in order
-      for (std::size_t v = 0; v < vectors; v += 2) {
-        prefetch_part(ahead, v / 2, vectors / 2);
-        const __m512i a = row_sums(load_rows.template operator()<Full>(batch, size, v));
-        const __m512i b = row_sums(load_rows.template operator()<Full>(batch, size, v + 1));
-        const __m512i unit_sums =
-            _mm512_add_epi32(_mm512_permutex2var_epi32(a, evens, b), _mm512_permutex2var_epi32(a, odds, b));
-        units[v / 2] = _mm512_mul_ps(_mm512_cvtepi32_ps(unit_sums), unit_scales);
-      }
-      for (std::size_t live = vectors / 2; live > 1; live /= 2)
-        for (std::size_t i = 0; i < live / 2; ++i) units[i] = add_pairs(units[2 * i], units[2 * i + 1]);
-      __m512 batch_scores = _mm512_sub_ps(units[0], offset_term);
-      if constexpr (AddZeroTerm) batch_scores = _mm512_add_ps(batch_scores, _mm512_set1_ps(zero_term));
-      _mm512_mask_storeu_ps(scores + first, static_cast<__mmask16>((1u << size) - 1), batch_scores);
-    };
-    const bool packed = record_bytes == CodeBytes;
-    for (std::size_t first = 0; first < count; first += token_lanes) {
-      if (packed && count - first >= token_lanes)
-        run_batch.template operator()<true>(first);
-      else
-        run_batch.template operator()<false>(first);
-    }
-  }
-  // f's shape for the row-lane kernels (row_lanes_fit): CodeBytes = head_dim / 4.
+  // Calls run.template operator()<Dwords>() for f's shape (pair_rows_fit).
   template <class Run>
-  static bool with_lane_shape(const record_format& f, Run&& run) {
-    if (f.head_dim == 64) return run.template operator()<16>();
-    if (f.head_dim == 128) return run.template operator()<32>();
-    return run.template operator()<64>();
+  static void with_pair_rows_shape(const record_format& f, Run&& run) {
+    if (f.head_dim == 64) return run.template operator()<4>();
+    if (f.head_dim == 128) return run.template operator()<8>();
+    run.template operator()<16>();
   }
-  // One head's query sliced and its rows run; false (nothing written) if the query is not
-  // finite. One head only: the kernel decodes a row for each head, and for two or more
-  // heads the token-lane kernel, which decodes once for all, measured faster (2-bit
-  // blocks of 32 rows in L2, 2 heads, Zen 5: 4.6 against 4.3 ns per row).
-  static bool try_row_lanes(const record_format& f, const float* query, const std::uint8_t* records, std::size_t count,
-                            float* scores) noexcept {
-    return with_lane_shape(f, [&]<std::size_t CodeBytes>() {
-      lane_query sliced;
-      if (!slice_lane_query<CodeBytes>(f, query, sliced)) return false;
-      dot_row_lanes<CodeBytes>(f, sliced, records, count, scores);
-      return true;
-    });
+  // The kernel for any number of runs of rows, each with a query of its own (KIVI's blocks
+  // fold their parameters into it): runs(run) calls run(query, records, count, scores,
+  // zero_term) once per run, and the setup that depends on the format alone is done once.
+  // scores[t] = query . (row t's codes - offset) for t < count, plus zero_term after it
+  // when AddZeroTerm (a per-channel block's, as add_zero_terms would add it); Dwords =
+  // head_dim / 16.
+  template <std::size_t Dwords, bool AddZeroTerm, class Runs>
+  static void pair_row_runs(const record_format& f, Runs&& runs) noexcept {
+    if constexpr (is_avx512) {
+      constexpr std::size_t row_bytes = 4 * Dwords, per_vector = 64 / row_bytes; // rows
+      constexpr std::size_t vectors = token_lanes / per_vector;                  // per batch
+      constexpr std::size_t chunk_rows = 2 * token_lanes;
+      const std::size_t record_bytes = f.record_bytes;
+      alignas(64) float low[token_lanes], high[token_lanes];
+      for (std::size_t i = 0; i < token_lanes; ++i) {
+        low[i] = static_cast<float>(i % 4) - f.offset;
+        high[i] = static_cast<float>(i / 4) - f.offset;
+      }
+      const __m512 lows = _mm512_load_ps(low), highs = _mm512_load_ps(high);
+      // Vector v of a batch of `size` rows from `batch`: its rows' code bytes, 0 past the batch.
+      const auto load_rows = [&](const std::uint8_t* batch, std::size_t size, std::size_t v) {
+        const std::size_t first = v * per_vector;
+        __m512i x = _mm512_setzero_si512();
+        for (std::size_t r = 0; r < per_vector && first + r < size; ++r) {
+          const __mmask64 lanes = (row_bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << row_bytes) - 1) << r * row_bytes;
+          // masked-off bytes are neither read nor faulted on
+          x = _mm512_mask_loadu_epi8(x, lanes, batch + (first + r) * record_bytes - r * row_bytes);
+        }
+        return x;
+      };
+      const auto run = [&](const float* query, const std::uint8_t* records, std::size_t count, float* scores,
+                           float zero_term) __attribute__((always_inline)) {
+        // A chunk of up to 32 rows from `first`; Full: 32 packed rows (no checks).
+        const auto run_chunk = [&]<bool Full>(std::size_t first) __attribute__((always_inline)) {
+          const std::size_t size = Full ? chunk_rows : std::min(chunk_rows, count - first);
+          const std::size_t batches = Full ? 2 : (size + token_lanes - 1) / token_lanes;
+          const std::uint8_t* chunk = records + first * record_bytes;
+          const prefetch_span ahead = Full ? prefetch_span{} : lines_ahead(chunk, size * record_bytes);
+          __m512i columns[2][Dwords]; // per batch: lane t of columns[b][d] is dword d of row t
+          for (std::size_t b = 0; b < batches; ++b) {
+            const std::uint8_t* batch = chunk + b * token_lanes * record_bytes;
+            const std::size_t batch_size = Full ? token_lanes : std::min(token_lanes, size - b * token_lanes);
+            __m512i rows[vectors];
+            for (std::size_t v = 0; v < vectors; ++v)
+              rows[v] = Full ? _mm512_loadu_si512(batch + 64 * v) : load_rows(batch, batch_size, v);
+            if constexpr (Dwords == 4) {
+              transpose_16x4(rows, 4, columns[b]);
+            } else if constexpr (Dwords == 8) {
+              transpose_16x8(rows, columns[b]);
+            } else {
+              transpose_dwords(rows);
+              std::copy_n(rows, Dwords, columns[b]);
+            }
+          }
+          __m512 sums[2];
+#pragma clang loop unroll(full)
+          for (std::size_t d = 0; d < Dwords; ++d) {
+            // a full chunk is 2 Dwords lines: two per dword, without prefetch_part's loop
+            if constexpr (Full)
+              for (std::size_t line = 2 * d; line < 2 * d + 2; ++line)
+                _mm_prefetch(reinterpret_cast<const char*>(chunk + prefetch_distance + 64 * line), _MM_HINT_T1);
+            else
+              prefetch_part(ahead, d, Dwords);
+            __m512 tables[8];
+            for (std::size_t k = 0; k < 8; ++k)
+              tables[k] = pair_table(query[16 * d + 2 * k], query[16 * d + 2 * k + 1], lows, highs);
+            for (std::size_t b = 0; b < batches; ++b) {
+              __m512 parts[8]; // pair k of the dword's 16 codes: its low 4 bits shifted down
+              for (std::size_t k = 0; k < 8; ++k)
+                parts[k] = _mm512_permutexvar_ps(
+                    k == 0 ? columns[b][d] : _mm512_srli_epi32(columns[b][d], static_cast<unsigned>(4 * k)), tables[k]);
+              const __m512 dword_sum =
+                  _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(parts[0], parts[1]), _mm512_add_ps(parts[2], parts[3])),
+                                _mm512_add_ps(_mm512_add_ps(parts[4], parts[5]), _mm512_add_ps(parts[6], parts[7])));
+              sums[b] = d == 0 ? dword_sum : _mm512_add_ps(sums[b], dword_sum);
+            }
+          }
+          for (std::size_t b = 0; b < batches; ++b) {
+            const std::size_t batch_size = Full ? token_lanes : std::min(token_lanes, size - b * token_lanes);
+            __m512 batch_scores = sums[b];
+            if constexpr (AddZeroTerm) batch_scores = _mm512_add_ps(batch_scores, _mm512_set1_ps(zero_term));
+            _mm512_mask_storeu_ps(scores + first + b * token_lanes, static_cast<__mmask16>((1u << batch_size) - 1),
+                                  batch_scores);
+          }
+        };
+        const bool packed = record_bytes == row_bytes;
+        for (std::size_t first = 0; first < count; first += chunk_rows) {
+          if (packed && count - first >= chunk_rows)
+            run_chunk.template operator()<true>(first);
+          else
+            run_chunk.template operator()<false>(first);
+        }
+      };
+      runs(run);
+    }
   }
 
   // Where integer dots in token lanes measured faster: 4- and 8-bit codes with per-token
   // parameters. 2-bit codes with parameters measured the same as their pair tables (so
   // they keep those, in floats); 2-bit rows without them (KIVI's per-channel blocks) take
-  // row lanes for one head (above), and for more the float kernel: slicing the query once
-  // per block of 32 tokens for each head costs more than it saves there.
+  // pair tables for one head (dot_records) and the float kernel for more: slicing the
+  // query once per block of 32 tokens for each head costs more than it saves there.
   static bool integer_dots_pay(const record_format& f) noexcept {
     return token_lanes_fit(f) && f.bits >= 4 && f.params_per_group > 0;
   }
-  // dot_records with integer dots where they pay (the isa::avx512_vnni table): row lanes
-  // (which slice the query with VBMI byte permutes: RowLanes false where the CPU lacks it)
-  // or token lanes; other formats, and queries that are not finite, take dot_records.
-  template <bool RowLanes = true>
+  // dot_records with integer dots in token lanes where they pay (the isa::avx512_vnni
+  // table); other formats, and queries that are not finite, take dot_records.
   static void dot_records_vnni(const record_format& f, const float* queries, std::size_t heads,
                                const std::uint8_t* records, std::size_t count, float* scores,
                                std::size_t stride) noexcept {
     if constexpr (is_avx512) {
-      if (RowLanes && row_lanes_fit(f))
-        return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
-          const float* pass_queries = queries + h * f.head_dim;
-          if (H > 1 || !try_row_lanes(f, pass_queries, records, count, scores + h * stride))
-            dot_records(f, pass_queries, H, records, count, scores + h * stride, stride);
-        });
       if (integer_dots_pay(f)) {
         const std::size_t n = f.head_dim;
         return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
@@ -2546,6 +2428,13 @@ struct kernels {
     if (token_lanes_fit(f) && (f.bits < 8 || heads > 1)) {
       const auto with_bits = [&]<unsigned Bits>() {
         for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+          if constexpr (Bits == 2 && H == 1)
+            if (pair_rows_fit(f))
+              return with_pair_rows_shape(f, [&]<std::size_t Dwords>() {
+                pair_row_runs<Dwords, false>(f, [&](const auto& run) __attribute__((always_inline)) {
+                  run(queries + h * n, records, count, scores + h * stride, 0.0f);
+                });
+              });
           with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
             if constexpr (Bits == 2)
               if (pair_tables_pay(f))
@@ -2603,6 +2492,26 @@ struct kernels {
     });
   }
 
+  // KIVI's layout of per-channel parameters: a channel's fp16 scale and zero are the low and
+  // high half of a dword. The scales and zeros of channels [c, c + 16).
+  static std::pair<floats, floats> kivi_params(const std::uint8_t* params, std::size_t c) noexcept {
+    const __m512i pairs = _mm512_loadu_si512(params + 4 * c);
+    return {floats(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs))),
+            floats(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16))))};
+  }
+  // fold_channel_params for one head and KIVI's layout (n a multiple of 16), the scales and
+  // zeros used as they are converted: the same operations in the same order, bit for bit.
+  static void fold_kivi_params(const std::uint8_t* params, std::size_t n, const float* query, float* scaled,
+                               float& zero_term) noexcept {
+    floats zero_sum(0.0f);
+    for (std::size_t c = 0; c < n; c += width) {
+      const auto [scales, zeros] = kivi_params(params, c);
+      const floats q = floats::load_unaligned(query + c);
+      (q * scales).store_unaligned(scaled + c);
+      zero_sum = fmadd(q, zeros, zero_sum);
+    }
+    zero_term = xsimd::hadd(zero_sum);
+  }
   static void fold_channel_params(const std::uint8_t* params, std::size_t n, unsigned per_channel, bool params_f32,
                                   const float* queries, std::size_t heads, float* scaled, float* zero_terms) noexcept {
     if (n > max_head_dim || per_channel > 2)
@@ -2610,12 +2519,11 @@ struct kernels {
     alignas(64) float values[2 * max_head_dim], scales[max_head_dim], zeros[max_head_dim];
     const std::size_t count = n * per_channel, full = count / width * width;
     if (is_avx512 && !params_f32 && per_channel == 2 && n % width == 0) {
-      // KIVI's layout: a channel's fp16 scale and zero are the low and high half of a dword.
       if constexpr (is_avx512)
         for (std::size_t c = 0; c < n; c += width) {
-          const __m512i pairs = _mm512_loadu_si512(params + 4 * c);
-          _mm512_store_ps(scales + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pairs)));
-          _mm512_store_ps(zeros + c, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16))));
+          const auto [channel_scales, channel_zeros] = kivi_params(params, c);
+          channel_scales.store_aligned(scales + c);
+          channel_zeros.store_aligned(zeros + c);
         }
     } else {
       if (params_f32) {
@@ -2664,6 +2572,29 @@ struct kernels {
         float zero_terms[max_heads];
         const auto with_bits = [&]<unsigned Bits>() {
           for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+            if constexpr (Bits == 2 && H == 1)
+              if (pair_rows_fit(f))
+                return with_pair_rows_shape(f, [&]<std::size_t Dwords>() {
+                  pair_row_runs<Dwords, true>(f, [&](const auto& run) __attribute__((always_inline)) {
+                    const bool kivi_layout = per_channel == 2 && !params_f32;
+                    for (std::size_t b = 0; b < count; ++b) {
+                      const channel_block& block = blocks[b];
+                      // The next block's parameters into L1 while this block's rows are worked
+                      // on: its fold loads them first thing. KIVI's are 4 head_dim bytes, Dwords
+                      // lines and one more when they start mid-line, asked for without
+                      // prefetch_part's loop (in L2 that loop cost KIVI-2's keys 8 %).
+                      if (kivi_layout && b + 1 < count)
+                        for (std::size_t line = 0; line <= Dwords; ++line)
+                          _mm_prefetch(reinterpret_cast<const char*>(blocks[b + 1].params + 64 * line), _MM_HINT_T0);
+                      if (kivi_layout)
+                        fold_kivi_params(block.params, n, queries + h * n, scaled, zero_terms[0]);
+                      else
+                        fold_channel_params(block.params, n, per_channel, params_f32, queries + h * n, 1, scaled,
+                                            zero_terms);
+                      run(scaled, block.rows, block.count, scores + h * stride + block.first, zero_terms[0]);
+                    }
+                  });
+                });
             with_token_lane_shape<Bits>(f, [&]<std::size_t Dwords, std::size_t GroupDwords>() {
               token_lane_runs<Bits, H, Dwords, GroupDwords, false>(f, stride, [&](const auto& run) {
                 for (std::size_t b = 0; b < count; ++b) {
@@ -2688,58 +2619,6 @@ struct kernels {
       dot_records(f, scaled.data(), heads, block.rows, block.count, scores + block.first, stride);
       scalar::add_zero_terms(zero_terms.data(), heads, block.count, scores + block.first, stride);
     }
-  }
-
-  // dot_channel_blocks of the isa::avx512_vnni table: 2-bit rows of passes of one head in
-  // row lanes, each block's folded query sliced, as dot_records_vnni runs them block by
-  // block; other rows and passes as dot_channel_blocks.
-  static void dot_channel_blocks_vnni(const record_format& f, const channel_block* blocks, std::size_t count,
-                                      unsigned per_channel, bool params_f32, const float* queries, std::size_t heads,
-                                      float* scores, std::size_t stride) noexcept {
-    if constexpr (is_avx512)
-      if (row_lanes_fit(f)) {
-        const std::size_t n = f.head_dim;
-        return for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
-          const float* query = queries + h * n;
-          if constexpr (H > 1) {
-            dot_channel_blocks(f, blocks, count, per_channel, params_f32, query, H, scores + h * stride, stride);
-          } else {
-            // KIVI's parameters are folded and sliced in one (fold_and_slice_lane_query)
-            const bool fused = per_channel == 2 && !params_f32 && f.offset == 0.0f;
-            const std::size_t param_bytes = n * per_channel * (params_f32 ? 4 : 2);
-            with_lane_shape(f, [&]<std::size_t CodeBytes>() {
-              alignas(64) float scaled[4 * CodeBytes];
-              const lane_columns<CodeBytes> columns = transposed_query<CodeBytes>(query);
-              for (std::size_t b = 0; b < count; ++b) {
-                const channel_block& block = blocks[b];
-                // The next block's parameters into L1 while this block's rows are worked on:
-                // its fold loads them first thing (KIVI-2's keys from DRAM 2.26-2.29 to
-                // 2.18-2.26 ns per token, medians over four code offsets).
-                if (b + 1 < count) prefetch_part<_MM_HINT_T0>(lines_covering(blocks[b + 1].params, param_bytes), 0, 1);
-                float* block_scores = scores + h * stride + block.first;
-                lane_query sliced;
-                float zero_term;
-                bool sliced_ok;
-                if (fused) {
-                  sliced_ok = fold_and_slice_lane_query<CodeBytes>(block.params, query, columns, sliced, zero_term);
-                } else {
-                  fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
-                  sliced_ok = slice_lane_query<CodeBytes>(f, scaled, sliced);
-                }
-                if (sliced_ok) {
-                  dot_row_lanes<CodeBytes, true>(f, sliced, block.rows, block.count, block_scores, zero_term);
-                  continue;
-                }
-                if (fused) fold_channel_params(block.params, n, per_channel, params_f32, query, 1, scaled, &zero_term);
-                dot_records(f, scaled, 1, block.rows, block.count, block_scores, stride);
-                scalar::add_zero_terms(&zero_term, 1, block.count, block_scores, stride);
-              }
-              return true;
-            });
-          }
-        });
-      }
-    dot_channel_blocks(f, blocks, count, per_channel, params_f32, queries, heads, scores, stride);
   }
 
   // The vector conversion rounds to nearest even as float_to_half_bits does; only NaN
@@ -2843,11 +2722,11 @@ struct kernels {
             .encode_uniform = &encode_uniform,
             .encode_nearest = &encode_nearest,
             .encode_uniform_record = &encode_uniform_record,
-            .dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni<> : &dot_records,
+            .dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni : &dot_records,
             .axpy_records = &axpy_records,
             .axpy_records_fixed = instruction_set == isa::avx512_vnni ? &axpy_records_fixed : nullptr,
             .fold_channel_params = &fold_channel_params,
-            .dot_channel_blocks = instruction_set == isa::avx512_vnni ? &dot_channel_blocks_vnni : &dot_channel_blocks,
+            .dot_channel_blocks = &dot_channel_blocks,
             .dot_f32 = &dot_row<&load_f32, 4, &scalar::load_f32>,
             .axpy_f32 = &axpy_row<&load_f32, 4, &scalar::load_f32>,
             .dot_f16 = &dot_row<&load_f16, 2, &scalar::load_f16>,
