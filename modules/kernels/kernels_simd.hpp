@@ -1860,17 +1860,16 @@ struct kernels {
   // rows, each block's scales folded into the query, so anything built from the query is
   // rebuilt every 32 rows. For one head, pair tables as T-MAC builds them (arXiv
   // 2407.00088; see the token-lane kernel above) pay even so when they stay in registers:
-  // - rows are transposed 32 at a time into token lanes (dword j of 16 rows per vector),
-  //   kept in memory with 4 bytes to spare after them;
-  // - per dword of codes (16 channels), the 8 pair tables are built in registers (2
-  //   operations each) and serve both batches of 16 rows: per pair and batch one permute
-  //   and one add. Even pairs take their index from a load at byte offset 0-3 (vpermps
-  //   reads the low 4 bits of each lane), odd ones a shift of it: 4 shifts per dword
-  //   instead of 7;
+  // - rows are transposed 32 at a time into token lanes (dword d of 16 rows per vector);
+  // - per dword of codes (16 channels), the 8 tables of its channel pairs are built (2
+  //   operations each) and serve both batches of 16 rows: per pair and batch a shift, a
+  //   permute (vpermps reads the low 4 bits of each lane) and an add;
   // - each dword's 8 lookups are added in a fixed tree, the dwords in order.
-  // fp32 throughout, each table entry rounded once: the query is used as it is, not
-  // sliced. KIVI-2's keys, one head, in L2 on AMD Zen 5: 1.93 ns per token with row lanes
-  // and the query sliced (which this replaced), ? with these tables.
+  // fp32 throughout, each table entry rounded at most twice: the query is used as it is,
+  // not sliced. KIVI-2's keys, one head, 2048 in L2 on AMD Zen 5 (kvlab_bench_kernels
+  // kivi2/keys): 1.93-1.95 ns per token with the row lanes this replaced (whole rows per
+  // vector, the query folded and sliced into bytes for vpdpbusd every block: a third of
+  // their time), 1.64-1.65 with these tables.
   static bool pair_rows_fit(const record_format& f) noexcept {
     return is_avx512 && f.kind == element_kind::affine_codes && f.bits == 2 && f.params_per_group == 0 &&
            (f.head_dim == 64 || f.head_dim == 128 || f.head_dim == 256);
