@@ -53,7 +53,7 @@ public:
 
 private:
   std::size_t record_bytes_;
-  std::vector<std::uint8_t> bytes_;
+  std::vector<std::uint8_t, line_aligned_allocator<std::uint8_t>> bytes_; // vector loads stay within lines
 };
 
 struct flat_storage {

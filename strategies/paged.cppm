@@ -19,14 +19,14 @@ import kvlab.core;
 
 export namespace kvlab::strategies::paged {
 
-using page = std::unique_ptr<std::uint8_t[]>;
+using page = line_aligned_bytes; // vector loads stay within lines
 
 // Free pages by size, shared by the streams of one cache.
 class page_pool {
 public:
   page take(std::size_t bytes) {
     auto& free = free_[bytes];
-    if (free.empty()) return page(new std::uint8_t[bytes]);
+    if (free.empty()) return make_line_aligned_bytes(bytes);
     page reused = std::move(free.back());
     free.pop_back();
     return reused;

@@ -213,4 +213,25 @@ BOOST_AUTO_TEST_CASE(storage_stores_compact_on_erase_and_release_memory) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(storage_runs_start_on_cache_lines) {
+  // Every store's runs start on a 64-byte line, however large the buffer and after it grew
+  // or was compacted: the kernels' vector loads of a run then never straddle two lines.
+  for (const auto& s_name : components().instances(kvlab::component_kind::storage)) {
+    BOOST_TEST_CONTEXT(s_name) {
+      const auto store = components().make_storage(s_name).make_store(32);
+      const auto aligned = [](std::span<const std::uint8_t> run) {
+        return reinterpret_cast<std::uintptr_t>(run.data()) % kvlab::cache_line_bytes == 0;
+      };
+      for (std::size_t i = 0; i < 70000; ++i) {
+        store->append(std::vector<std::uint8_t>(32, static_cast<std::uint8_t>(i)));
+        if (i % 9999 == 0) BOOST_TEST(aligned(store->run(0)));
+      }
+      BOOST_TEST(aligned(store->run(0)));
+      const std::vector<std::size_t> victims{0, 1, 2};
+      store->erase(victims);
+      BOOST_TEST(aligned(store->run(0)));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
