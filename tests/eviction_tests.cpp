@@ -64,8 +64,9 @@ BOOST_AUTO_TEST_CASE(every_policy_keeps_its_budget_after_every_step_and_frees_th
       const bool at_prefill = eviction.needs().schedule.when == kvlab::compress_schedule::kind::prefill;
       const std::size_t prefill = data.tokens();
       std::size_t expected = 0;
+      kvlab::step_scratch scratch;
       for (std::size_t t = 0; t < prefill; ++t) {
-        kvlab::prefill_token(cache, data, t, prefill, kernels);
+        kvlab::prefill_token(cache, data, t, prefill, scratch, kernels);
         if (t + 1 == prefill) cache.prefill_done();
         // The budget, except that evicted tokens never come back: a budget that grows
         // faster than one token per step (sums of ratios) is reached step by step.
@@ -86,8 +87,9 @@ BOOST_AUTO_TEST_CASE(compress_every_n_lets_the_cache_grow_between_compressions) 
   for (const std::string policy : {"window(10)", "h2o(6,4)"}) {
     auto cache = make_cache("k=int4@group(16),v=int4@group(16),evict=" + policy + ",compress=every(8)", data);
     std::size_t expected = 0;
+    kvlab::step_scratch scratch;
     for (std::size_t t = 0; t < data.tokens(); ++t) {
-      kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+      kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
       expected = (t + 1) % 8 == 0 ? std::min<std::size_t>(expected + 1, 10) : expected + 1;
       BOOST_TEST_REQUIRE(cache.keys(1, 0).tokens() == expected, policy << " after token " << t);
     }
@@ -98,8 +100,9 @@ BOOST_AUTO_TEST_CASE(compress_every_n_lets_the_cache_grow_between_compressions) 
 BOOST_AUTO_TEST_CASE(streaming_keeps_exactly_the_first_4_and_the_last_n) {
   const auto& data = small_llm();
   auto cache = make_cache("k=f16@token,v=uint4@group(16),evict=streaming(4,10)", data);
+  kvlab::step_scratch scratch;
   for (std::size_t t = 0; t < data.tokens(); ++t) {
-    kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+    kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
     std::vector<std::size_t> expected;
     for (std::size_t p = 0; p <= t; ++p)
       if (p < 4 || p + 10 > t) expected.push_back(p);
@@ -116,8 +119,9 @@ BOOST_AUTO_TEST_CASE(h2o_keeps_the_heaviest_accumulated_mass_like_a_brute_force_
   auto cache = make_cache("k=f32@token,v=f32@token,evict=h2o(6,4)", data);
   std::vector<std::size_t> held;
   std::map<std::size_t, double> mass;
+  kvlab::step_scratch scratch;
   for (std::size_t t = 0; t < data.tokens(); ++t) {
-    kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+    kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
     held.push_back(t);
     mass[t] = 0.0;
     for (std::size_t q = 0; q < 2; ++q) {
@@ -149,8 +153,9 @@ BOOST_AUTO_TEST_CASE(gqa_aggregation_max_and_mean_choose_differently_and_both_ke
   std::vector<std::vector<std::size_t>> choices;
   for (const std::string gqa : {"mean", "max"}) {
     auto cache = make_cache("k=f16@token,v=f16@token,evict=h2o(12,4),gqa=" + gqa, data);
+    kvlab::step_scratch scratch;
     for (std::size_t t = 0; t < data.tokens(); ++t)
-      kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+      kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
     BOOST_TEST(cache.keys(0, 0).tokens() == 16u);
     choices.push_back(held_positions(cache.keys(0, 0)));
   }
@@ -160,8 +165,9 @@ BOOST_AUTO_TEST_CASE(gqa_aggregation_max_and_mean_choose_differently_and_both_ke
 BOOST_AUTO_TEST_CASE(adakv_gives_heads_different_counts_that_sum_to_the_layer_budget) {
   const auto data = kvlab::load_data("synthetic:llm(L=2,H=4,Q=8,T=128,D=32,seed=6)");
   auto cache = make_cache("k=f16@token,v=f16@token,evict=h2o(16,8),alloc=adakv(0.25)", data);
+  kvlab::step_scratch scratch;
   for (std::size_t t = 0; t < data.tokens(); ++t) {
-    kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+    kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
     const std::size_t budget = std::min<std::size_t>(t + 1, 24);
     for (std::size_t l = 0; l < 2; ++l) {
       std::size_t sum = 0;
@@ -182,8 +188,9 @@ BOOST_AUTO_TEST_CASE(adakv_gives_heads_different_counts_that_sum_to_the_layer_bu
 BOOST_AUTO_TEST_CASE(pyramid_gives_lower_layers_more_with_the_same_total) {
   const auto data = kvlab::load_data("synthetic:llm(L=4,H=1,Q=2,T=100,D=16,seed=7)");
   auto cache = make_cache("k=f16@token,v=f16@token,evict=window(40),alloc=pyramid(4)", data);
+  kvlab::step_scratch scratch;
   for (std::size_t t = 0; t < data.tokens(); ++t)
-    kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+    kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
   std::vector<std::size_t> per_layer;
   for (std::size_t l = 0; l < 4; ++l) per_layer.push_back(cache.keys(l, 0).tokens());
   // top = 40 / 4 = 10, bottom = 2 x 40 - 10 = 70, linear in between; total 4 x 40.
@@ -256,8 +263,9 @@ BOOST_AUTO_TEST_CASE(eviction_composes_with_kivi_quantization_below_either_alone
 BOOST_AUTO_TEST_CASE(demoted_tokens_stay_readable_in_a_lower_precision_tier) {
   const auto& data = small_llm();
   auto cache = make_cache("k=f16@token,v=f16@token,evict=window(16),demote=int4@group(16)", data);
+  kvlab::step_scratch scratch;
   for (std::size_t t = 0; t < data.tokens(); ++t)
-    kvlab::prefill_token(cache, data, t, data.tokens(), kvlab::active_kernels());
+    kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
   require_streams_agree(cache);
   const auto& keys = cache.keys(0, 1);
   BOOST_TEST(keys.tokens() == data.tokens()); // nothing dropped

@@ -170,34 +170,39 @@ inline void append_token(kv_cache& cache, const kv_data& data, std::size_t t) {
       cache.append(layer, head, data.keys.row(layer, head, t), data.values.row(layer, head, t));
 }
 
-// Decode attention with the queries of token t in `layer` over the cache (out and trace
-// filled, q_heads x head_dim); the cache observes the step when `observe`. `queries` is
-// the caller's scratch for the token's query rows, kept across calls.
+// What one attention step fills, kept by the caller across steps so that prefill and
+// decode allocate once per run, not once per token: the token's query rows, the output
+// (q_heads x head_dim) and the trace of softmax weights.
+struct step_scratch {
+  std::vector<float> queries, out;
+  attention_trace trace;
+};
+
+// Decode attention with the queries of token t in `layer` over the cache (scratch.out and
+// scratch.trace filled); the cache observes the step when `observe`.
 inline void attend_token(kv_cache& cache, const kv_data& data, std::size_t layer, std::size_t t, bool observe,
-                         std::span<float> out, attention_trace& trace, std::vector<float>& queries,
-                         const kernel_table& kernels) {
+                         step_scratch& scratch, const kernel_table& kernels) {
   const std::size_t head_dim = data.head_dim(), q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  queries.resize(q_heads * head_dim);
+  scratch.queries.resize(q_heads * head_dim);
+  scratch.out.resize(q_heads * head_dim);
   for (std::size_t h = 0; h < q_heads; ++h)
-    std::ranges::copy(data.queries.row(layer, h, t), queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
-  decode_attention(cache, layer, queries, out, kernels, &trace);
+    std::ranges::copy(data.queries.row(layer, h, t),
+                      scratch.queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+  decode_attention(cache, layer, scratch.queries, scratch.out, kernels, &scratch.trace);
   if (observe)
     for (std::size_t head = 0; head < data.kv_heads(); ++head)
-      cache.observe(layer, head, trace.group(head, group), group);
+      cache.observe(layer, head, scratch.trace.group(head, group), group);
 }
 
 // One prefill token as a model's prefill would treat it under the cache's policy: append,
 // attend and observe when the policy scores with this token's attention, compress when the
 // schedule says.
 inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, std::size_t prefill,
-                          const kernel_table& kernels) {
+                          step_scratch& scratch, const kernel_table& kernels) {
   append_token(cache, data, t);
-  if (cache.observes_prefill_token(t, prefill)) {
-    std::vector<float> out(data.q_heads() * data.head_dim()), queries;
-    attention_trace trace;
+  if (cache.observes_prefill_token(t, prefill))
     for (std::size_t layer = 0; layer < data.layers(); ++layer)
-      attend_token(cache, data, layer, t, true, out, trace, queries, kernels);
-  }
+      attend_token(cache, data, layer, t, true, scratch, kernels);
   cache.token_done();
 }
 
@@ -221,19 +226,21 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   const kernel_table& kernels = active_kernels();
 
   kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim);
-  for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, kernels);
+  step_scratch scratch;
+  for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, scratch, kernels);
   cache.prefill_done();
 
   const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  std::vector<float> out(q_heads * head_dim), approx_ip, queries;
-  attention_trace trace;
+  const std::vector<float>& out = scratch.out;
+  const attention_trace& trace = scratch.trace;
+  std::vector<float> approx_ip;
   std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
   std::vector<double> approx_p;
   exact_attention::entry computed;
   for (std::size_t t = prefill; t < tokens; ++t) {
     append_token(cache, data, t);
     for (std::size_t layer = 0; layer < data.layers(); ++layer) {
-      attend_token(cache, data, layer, t, cache.observes_decode_steps(), out, trace, queries, kernels);
+      attend_token(cache, data, layer, t, cache.observes_decode_steps(), scratch, kernels);
       for (std::size_t h = 0; h < q_heads; ++h) {
         const auto query = data.queries.row(layer, h, t);
         if (!exact) exact_entry(data, layer, h, t, computed);
