@@ -1081,6 +1081,24 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
               }
             }
           }
+        // The values of a GQA group (on AVX-512 each weight times its token's scale once per
+        // chunk of 16 tokens, the last chunk short) over the records without NaN codes.
+        const std::size_t finite = count - every_code;
+        const std::uint8_t* finite_records = records.data() + every_code * f.record_bytes;
+        const auto weights = random.floats(heads * finite);
+        std::vector<float> acc(heads * head_dim, 0.0f), reference(heads * head_dim, 0.0f);
+        kernels.axpy_records(f, weights.data(), finite, heads, finite_records, finite, acc.data());
+        scalar.axpy_records(f, weights.data(), finite, heads, finite_records, finite, reference.data());
+        for (std::size_t h = 0; h < heads; ++h)
+          for (std::size_t i = 0; i < head_dim; ++i) {
+            float value_magnitude = 0.0f;
+            for (std::size_t t = 0; t < finite; ++t)
+              value_magnitude +=
+                  std::fabs(weights[h * finite + t] * scale * levels[finite_records[t * f.record_bytes + i]]);
+            BOOST_TEST_CONTEXT("values, head " << h << " channel " << i) {
+              check_close(acc[h * head_dim + i], reference[h * head_dim + i], 4.0f * value_magnitude);
+            }
+          }
       }
     }
   }
