@@ -1349,10 +1349,13 @@ struct kernels {
             if (marks.any()) [[unlikely]]
               for (std::size_t p = 0; p < P; ++p) decode_fp8_pair<Layout, true>(pair_codes + 32 * p, halves[p], marks);
             for (std::size_t h = 0; h < H; ++h) {
-              const float w = weights[h * stride + first + t];
               for (std::size_t p = 0; p < P; ++p) {
                 const std::size_t g = (first_pair + p) / pairs_per_group;
-                const floats weight(H > 1 ? weighted[h][g][t] : w * scales[t][g]);
+                floats weight;
+                if constexpr (H > 1)
+                  weight = floats(weighted[h][g][t]);
+                else
+                  weight = floats(weights[first + t] * scales[t][g]);
                 for (std::size_t k = 0; k < 2; ++k)
                   vectors[h][p][k] = fmadd(weight, floats(halves[p][k]), vectors[h][p][k]);
               }
