@@ -2,10 +2,12 @@
 // accounting, flat vs paged storage, and decode attention against its references.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 import kvlab;
 
@@ -87,6 +89,36 @@ BOOST_AUTO_TEST_CASE(residual_window_and_sinks_return_their_tokens_bit_exact_in_
   for (std::size_t t = 0; t < 4; ++t) exact_in_fp16(keys, data.keys, t);
   for (std::size_t t = 300 - keys.window_tokens(); t < 300; ++t) exact_in_fp16(keys, data.keys, t);
   for (std::size_t t = 300 - 40; t < 300; ++t) exact_in_fp16(cache.values(0, 0), data.values, t);
+}
+
+// Eviction policies that read keys (knorm) get every held key from one ranged decode; it
+// must give what decoding the tokens one at a time gives, in every tier and across the
+// ragged per-channel blocks that erases leave.
+BOOST_AUTO_TEST_CASE(a_range_of_held_tokens_decodes_as_its_tokens_do_one_by_one) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=1,T=300,D=64,seed=5)");
+  for (const std::string recipe : {"k=uint2@channel(32),v=int4@group(32),residual=40,sinks=4",
+                                   "k=rht(lloyd2)@token,v=nf4@group(16)", "k=bf16@token,v=f32@token,store=paged(16)",
+                                   "k=f16@token,v=fp8_e4m3@token,evict=window(16),demote=int4@group(16)"}) {
+    auto cache = make_cache(recipe, 1, 1, 64);
+    fill(cache, data, 300);
+    cache.compress(); // the demoting recipe moves all but 16 tokens to its lower tier
+    for (kvlab::kv_stream* stream : {&cache.keys(0, 0), &cache.values(0, 0)}) {
+      std::vector<std::size_t> victims; // inside blocks 0 and 1 and at the start of block 3
+      for (const std::size_t t : {5u, 6u, 40u, 41u, 42u, 100u, 101u})
+        if (t < stream->evictable_tokens()) victims.push_back(t);
+      stream->erase(victims);
+      const std::size_t n = stream->tokens();
+      std::vector<float> one_by_one(n * 64);
+      for (std::size_t t = 0; t < n; ++t) stream->decode(t, std::span(one_by_one).subspan(t * 64, 64));
+      for (const auto [first, last] :
+           {std::pair<std::size_t, std::size_t>{0, n}, {1, n - 1}, {3, 61}, {31, 97}, {n / 2, n}, {n - 1, n}, {7, 7}}) {
+        std::vector<float> ranged((last - first) * 64, -1.0f);
+        stream->decode(first, last - first, ranged);
+        BOOST_TEST_REQUIRE(std::ranges::equal(ranged, std::span(one_by_one).subspan(first * 64, ranged.size())),
+                           recipe << ": tokens [" << first << ", " << last << ")");
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_block_is_quantized_once_when_all_its_tokens_leave_the_window) {

@@ -144,7 +144,7 @@ public:
     std::vector<float> held_keys;
     if (needs_.keys) {
       held_keys.resize(n * head_dim_);
-      for (std::size_t t = 0; t < n; ++t) k.decode(t, std::span(held_keys).subspan(t * head_dim_, head_dim_));
+      k.decode(0, n, held_keys);
     }
     const eviction_view view{.layer = layer,
                              .layers = layers_,

@@ -182,20 +182,34 @@ public:
     if (demoted_) body_axpy(*demoted_, kernels, weights.data() + evictable_tokens(), n, heads, acc);
   }
 
-  // Reference decoder of held token t (oldest first): no kernels.
-  void decode(std::size_t token, std::span<float> out) const {
-    if (token < sink_tokens()) return read_half(sinks_, token, out);
-    token -= sink_tokens();
-    if (token < body_tokens()) {
-      body_.decode(token, out);
-      quantizer_.unrotate(out);
-      return;
-    }
-    token -= body_tokens();
-    if (token < window_tokens()) return read_half(window_, token, out);
-    demoted_->decode(token - window_tokens(), out);
-    demoted_->quantizer().unrotate(out);
+  // Reference decoder of held tokens [first, first + count) (oldest first) into out (count x
+  // head_dim): no kernels.
+  void decode(std::size_t first, std::size_t count, std::span<float> out) const {
+    const std::size_t end = first + count;
+    std::size_t start = 0; // of the tier being visited, in held order
+    const auto tier = [&](std::size_t size, auto&& decode_part) {
+      const std::size_t from = std::max(first, start), to = std::min(end, start + size);
+      if (from < to)
+        decode_part(from - start, to - from, out.subspan((from - first) * head_dim_, (to - from) * head_dim_));
+      start += size;
+    };
+    const auto halves = [&](const half_rows& rows) {
+      return [&](std::size_t from, std::size_t n, std::span<float> part) {
+        for (std::size_t t = 0; t < n; ++t) read_half(rows, from + t, part.subspan(t * head_dim_, head_dim_));
+      };
+    };
+    const auto body = [&](const quantized_body& b) {
+      return [&](std::size_t from, std::size_t n, std::span<float> part) {
+        b.decode(from, n, part);
+        for (std::size_t t = 0; t < n; ++t) b.quantizer().unrotate(part.subspan(t * head_dim_, head_dim_));
+      };
+    };
+    tier(sink_tokens(), halves(sinks_));
+    tier(body_tokens(), body(body_));
+    tier(window_tokens(), halves(window_));
+    if (demoted_) tier(demoted_->tokens(), body(*demoted_));
   }
+  void decode(std::size_t token, std::span<float> out) const { decode(token, 1, out.first(head_dim_)); }
 
 private:
   void append_body(std::span<const float> rows, const kernel_table& kernels) {

@@ -35,7 +35,15 @@ public:
     self_->encode(std::span(&value, 1), params, std::span(&code, 1));
     return code;
   }
-  float decode(std::uint32_t code, group_params params) const { return self_->decode(code, params); }
+  // values[i] = decode(codes[i], params) for every i: one call per group.
+  void decode(std::span<const std::uint32_t> codes, group_params params, std::span<float> values) const {
+    self_->decode(codes, params, values);
+  }
+  float decode(std::uint32_t code, group_params params) const {
+    float value;
+    self_->decode(std::span(&code, 1), params, std::span(&value, 1));
+    return value;
+  }
   encoding_rule encoding() const { return self_->encoding(); }
   bool rotates() const { return self_->rotates(); }
   void rotate(std::span<float> token) const { self_->rotate(token); }
@@ -51,7 +59,7 @@ private:
     virtual std::span<const float> levels() const = 0;
     virtual group_params fit(std::span<const float>) const = 0;
     virtual void encode(std::span<const float>, group_params, std::span<std::uint32_t>) const = 0;
-    virtual float decode(std::uint32_t, group_params) const = 0;
+    virtual void decode(std::span<const std::uint32_t>, group_params, std::span<float>) const = 0;
     virtual encoding_rule encoding() const = 0;
     virtual bool rotates() const = 0;
     virtual void rotate(std::span<float>) const = 0;
@@ -69,7 +77,9 @@ private:
     void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const override {
       for (std::size_t i = 0; i < values.size(); ++i) codes[i] = q.encode(values[i], params);
     }
-    float decode(std::uint32_t code, group_params params) const override { return q.decode(code, params); }
+    void decode(std::span<const std::uint32_t> codes, group_params params, std::span<float> values) const override {
+      for (std::size_t i = 0; i < codes.size(); ++i) values[i] = q.decode(codes[i], params);
+    }
     encoding_rule encoding() const override {
       if constexpr (has_encoding_rule<Q>) return q.encoding();
       return {};
