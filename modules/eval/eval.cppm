@@ -148,15 +148,18 @@ inline exact_attention compute_exact_attention(const kv_data& data, std::size_t 
 // MSE and SNR (dB) of a stream's held tokens against the data they came from (held token t
 // is data token positions()[t]).
 inline std::pair<double, double> reconstruction_error(const kv_stream& stream, std::span<const float> source) {
-  const std::size_t head_dim = stream.head_dim();
-  std::vector<float> decoded(head_dim);
+  const std::size_t head_dim = stream.head_dim(), chunk = 256; // tokens decoded per call
+  std::vector<float> decoded(chunk * head_dim);
   double error = 0.0, signal = 0.0;
-  for (std::size_t t = 0; t < stream.tokens(); ++t) {
-    stream.decode(t, decoded);
-    const std::size_t row = stream.positions()[t];
-    for (std::size_t c = 0; c < head_dim; ++c) {
-      const double x = source[row * head_dim + c], d = double{decoded[c]} - x;
-      error += d * d, signal += x * x;
+  for (std::size_t first = 0; first < stream.tokens(); first += chunk) {
+    const std::size_t count = std::min(chunk, stream.tokens() - first);
+    stream.decode(first, count, std::span(decoded).first(count * head_dim));
+    for (std::size_t t = 0; t < count; ++t) {
+      const std::size_t row = stream.positions()[first + t];
+      for (std::size_t c = 0; c < head_dim; ++c) {
+        const double x = source[row * head_dim + c], d = double{decoded[t * head_dim + c]} - x;
+        error += d * d, signal += x * x;
+      }
     }
   }
   const double n = static_cast<double>(stream.tokens() * head_dim);
