@@ -2,7 +2,11 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <ios>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 import kvlab;
 
@@ -184,6 +188,32 @@ BOOST_AUTO_TEST_CASE(json_reader_reads_what_kvlab_writes_and_rejects_malformed_t
   BOOST_CHECK_THROW(kvlab::parse_json(R"("\ud83d")", "test"), kvlab::error);
   for (const char* bad : {"{", "{\"a\" 1}", "[1,]", "{\"a\":1,\"a\":2}", "\"\\q\"", "[1] x", "nul"})
     BOOST_CHECK_THROW(kvlab::parse_json(bad, "test"), kvlab::error);
+}
+
+// The two JSON readers (result files, safetensors headers) share these.
+BOOST_AUTO_TEST_CASE(utf8_encodes_each_length_at_its_boundaries_and_hex_digits_read_either_case) {
+  const std::pair<std::uint32_t, std::string> cases[] = {{0x0, std::string(1, '\0')},
+                                                         {0x7f, "\x7f"},
+                                                         {0x80, "\xc2\x80"},
+                                                         {0x7ff, "\xdf\xbf"},
+                                                         {0x800, "\xe0\xa0\x80"},
+                                                         {0xffff, "\xef\xbf\xbf"},
+                                                         {0x10000, "\xf0\x90\x80\x80"},
+                                                         {0x10ffff, "\xf4\x8f\xbf\xbf"}};
+  for (const auto& [code, bytes] : cases) {
+    std::string out = "x";
+    kvlab::append_utf8(out, code);
+    BOOST_TEST(out == "x" + bytes, "U+" << std::hex << code);
+  }
+  for (int c = 0; c < 256; ++c) {
+    const char digit = static_cast<char>(c);
+    const std::string_view hex = "0123456789abcdef", upper = "0123456789ABCDEF";
+    const auto at = hex.find(digit), at_upper = upper.find(digit);
+    const int expected = at != std::string_view::npos         ? static_cast<int>(at)
+                         : at_upper != std::string_view::npos ? static_cast<int>(at_upper)
+                                                              : -1;
+    BOOST_TEST_REQUIRE(kvlab::hex_digit_value(digit) == expected, "character " << c);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

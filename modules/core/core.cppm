@@ -3,6 +3,7 @@
 export module kvlab.core;
 export import :errors;
 export import :numeric;
+export import :text;
 export import :memory;
 export import :random;
 export import :tensor;

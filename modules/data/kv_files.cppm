@@ -345,18 +345,9 @@ private:
     if (text_.size() - position_ < 4) fail_at(escape_position, "\\u must be followed by 4 hexadecimal digits");
     std::uint32_t code = 0;
     for (std::size_t i = 0; i < 4; ++i) {
-      const char digit = text_[position_ + i];
-      std::uint32_t value = 0;
-      if (digit >= '0' && digit <= '9') {
-        value = static_cast<std::uint32_t>(digit - '0');
-      } else if (digit >= 'a' && digit <= 'f') {
-        value = static_cast<std::uint32_t>(digit - 'a' + 10);
-      } else if (digit >= 'A' && digit <= 'F') {
-        value = static_cast<std::uint32_t>(digit - 'A' + 10);
-      } else {
-        fail_at(escape_position, "\\u must be followed by 4 hexadecimal digits");
-      }
-      code = code << 4 | value;
+      const int digit = hex_digit_value(text_[position_ + i]);
+      if (digit < 0) fail_at(escape_position, "\\u must be followed by 4 hexadecimal digits");
+      code = code << 4 | static_cast<std::uint32_t>(digit);
     }
     position_ += 4;
     return code;
@@ -379,21 +370,7 @@ private:
                                      " is a high surrogate not followed by a low surrogate \\uDC00..\\uDFFF");
       code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
     }
-    if (code < 0x80) {
-      out += static_cast<char>(code);
-    } else if (code < 0x800) {
-      out += static_cast<char>(0xc0 | code >> 6);
-      out += static_cast<char>(0x80 | (code & 0x3f));
-    } else if (code < 0x10000) {
-      out += static_cast<char>(0xe0 | code >> 12);
-      out += static_cast<char>(0x80 | (code >> 6 & 0x3f));
-      out += static_cast<char>(0x80 | (code & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | code >> 18);
-      out += static_cast<char>(0x80 | (code >> 12 & 0x3f));
-      out += static_cast<char>(0x80 | (code >> 6 & 0x3f));
-      out += static_cast<char>(0x80 | (code & 0x3f));
-    }
+    append_utf8(out, code);
   }
 
   header_json_value parse_integer() {

@@ -163,35 +163,11 @@ private:
     if (at_ + 4 > text_.size()) fail("short \\u escape");
     unsigned code = 0;
     for (int i = 0; i < 4; ++i) {
-      const char h = text_[at_++];
-      code <<= 4;
-      if (h >= '0' && h <= '9')
-        code |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f')
-        code |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F')
-        code |= static_cast<unsigned>(h - 'A' + 10);
-      else
-        fail("bad hex digit in \\u escape");
+      const int digit = hex_digit_value(text_[at_++]);
+      if (digit < 0) fail("bad hex digit in \\u escape");
+      code = code << 4 | static_cast<unsigned>(digit);
     }
     return code;
-  }
-  static void append_utf8(std::string& out, unsigned code) {
-    if (code < 0x80) {
-      out += static_cast<char>(code);
-    } else if (code < 0x800) {
-      out += static_cast<char>(0xc0 | (code >> 6));
-      out += static_cast<char>(0x80 | (code & 0x3f));
-    } else if (code < 0x10000) {
-      out += static_cast<char>(0xe0 | (code >> 12));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (code & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (code >> 18));
-      out += static_cast<char>(0x80 | ((code >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (code & 0x3f));
-    }
   }
   double number() {
     const std::size_t start = at_;
