@@ -18,6 +18,7 @@ module;
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -193,21 +194,17 @@ public:
         decode_part(from - start, to - from, out.subspan((from - first) * head_dim_, (to - from) * head_dim_));
       start += size;
     };
-    const auto halves = [&](const half_rows& rows) {
-      return [&](std::size_t from, std::size_t n, std::span<float> part) {
-        for (std::size_t t = 0; t < n; ++t) read_half(rows, from + t, part.subspan(t * head_dim_, head_dim_));
-      };
+    const auto halves = [&](const half_rows& rows, std::size_t from, std::size_t n, std::span<float> part) {
+      for (std::size_t t = 0; t < n; ++t) read_half(rows, from + t, part.subspan(t * head_dim_, head_dim_));
     };
-    const auto body = [&](const quantized_body& b) {
-      return [&](std::size_t from, std::size_t n, std::span<float> part) {
-        b.decode(from, n, part);
-        for (std::size_t t = 0; t < n; ++t) b.quantizer().unrotate(part.subspan(t * head_dim_, head_dim_));
-      };
+    const auto body = [&](const quantized_body& b, std::size_t from, std::size_t n, std::span<float> part) {
+      b.decode(from, n, part);
+      for (std::size_t t = 0; t < n; ++t) b.quantizer().unrotate(part.subspan(t * head_dim_, head_dim_));
     };
-    tier(sink_tokens(), halves(sinks_));
-    tier(body_tokens(), body(body_));
-    tier(window_tokens(), halves(window_));
-    if (demoted_) tier(demoted_->tokens(), body(*demoted_));
+    tier(sink_tokens(), std::bind_front(halves, std::cref(sinks_)));
+    tier(body_tokens(), std::bind_front(body, std::cref(body_)));
+    tier(window_tokens(), std::bind_front(halves, std::cref(window_)));
+    if (demoted_) tier(demoted_->tokens(), std::bind_front(body, std::cref(*demoted_)));
   }
   void decode(std::size_t token, std::span<float> out) const { decode(token, 1, out.first(head_dim_)); }
 
