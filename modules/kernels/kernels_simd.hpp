@@ -2742,12 +2742,12 @@ struct kernels {
         return doubles(_mm256_cvtps_pd(_mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1))));
     };
     doubles sums(0.0);
-    std::size_t i = 0;
-    for (; i + 2 * width <= full; i += 2 * width) {
-      const floats first = exps(scores + i);
-      sums += halves_in_double(first + exps(scores + i + width));
+    std::size_t pairs_end = 0; // the vectors before it went in two at a time
+    for (; pairs_end + 2 * width <= full; pairs_end += 2 * width) {
+      const floats first = exps(scores + pairs_end);
+      sums += halves_in_double(first + exps(scores + pairs_end + width));
     }
-    if (i < full) sums += halves_in_double(exps(scores + i));
+    if (pairs_end < full) sums += halves_in_double(exps(scores + pairs_end));
     if (full < n) {
       sums += halves_in_double(exps(tail));
       std::copy(tail, tail + (n - full), scores + full);
