@@ -2118,12 +2118,15 @@ struct kernels {
     const std::size_t n = HeadDim ? HeadDim : f.head_dim, groups = Groups ? Groups : f.groups();
     const std::size_t per_group = PerGroup ? PerGroup : f.params_per_group;
     const std::size_t record_bytes = f.record_bytes, code_bytes = n * Bits / 8;
+    // records of the compile-time shape, fp16 parameters and nothing else (0: no such shape)
+    constexpr std::size_t shape_record_bytes =
+        HeadDim && Groups && PerGroup ? HeadDim * Bits / 8 + 2 * Groups * PerGroup : 0;
     const std::size_t passes = (n + 63) / 64, units = n / 32, units_per_group = units / groups;
-    // slices[g][b]: lane l holds, as dword j, byte j of F of group g for the 4 tokens of
-    // quad 4 b + l of the chunk. 2-bit codes: pairs[p][b] holds, per quad l and byte j, the
-    // dwords of pass p's two units side by side (32 l + 8 j).
-    alignas(64) std::uint8_t slices[fixed_max_groups][fixed_chunk / 16][64];
-    alignas(64) std::uint8_t pairs[Bits == 2 ? fixed_max_passes : 1][fixed_chunk / 16][128];
+    // slices[g]: dword 4 q + j holds byte j of F of group g for the 4 tokens of the chunk's
+    // quad q (batch b's 16 tokens fill bytes [64 b, 64 b + 64)). 2-bit codes: pairs[p] holds,
+    // at 32 q + 8 j, quad q's dword j of pass p's two units side by side.
+    alignas(64) std::uint8_t slices[fixed_max_groups][fixed_chunk * 4];
+    alignas(64) std::uint8_t pairs[Bits == 2 ? fixed_max_passes : 1][fixed_chunk * 8];
     alignas(64) std::int32_t partial[fixed_max_passes][4][4][16]; // pass, code vector, byte j of F
     // Per group, since the last flush: the sum of F and of Z + 2^31 (Z with its sign bit
     // flipped, as unsigned) by byte, dword 4 l + j adding byte j of 4 tokens (vpdpbusd
@@ -2176,7 +2179,7 @@ struct kernels {
             _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[0])), fp16_parameter(chunk_params[b], g * per_group));
         const __m512i fixed = _mm512_cvt_roundps_epu32(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const __m512i fixed_bytes = _mm512_shuffle_epi8(fixed, by_byte);
-        _mm512_store_si512(slices[g][b], fixed_bytes);
+        _mm512_store_si512(slices[g] + 64 * b, fixed_bytes);
         add_bytes(weight_bytes[g], fixed_bytes);
         if (per_group == 2) {
           const __m512 z = _mm512_mul_ps(_mm512_mul_ps(w, _mm512_set1_ps(grids[1])),
@@ -2188,12 +2191,12 @@ struct kernels {
       if constexpr (Bits == 2)
         for (std::size_t p = 0; p < passes; ++p) {
           const std::size_t unit = 2 * p, second = std::min(unit + 1, units - 1);
-          const __m512i a = _mm512_load_si512(slices[unit / units_per_group][b]);
-          const __m512i c = _mm512_load_si512(slices[second / units_per_group][b]);
+          const __m512i a = _mm512_load_si512(slices[unit / units_per_group] + 64 * b);
+          const __m512i c = _mm512_load_si512(slices[second / units_per_group] + 64 * b);
           const __m512i low = _mm512_unpacklo_epi32(a, c), high = _mm512_unpackhi_epi32(a, c);
-          _mm512_store_si512(pairs[p][b],
+          _mm512_store_si512(pairs[p] + 128 * b,
                              _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), high));
-          _mm512_store_si512(pairs[p][b] + 64,
+          _mm512_store_si512(pairs[p] + 128 * b + 64,
                              _mm512_permutex2var_epi64(low, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), high));
         }
     };
@@ -2212,8 +2215,11 @@ struct kernels {
       std::size_t size;
       prefetch_span ahead, next; // lines 8 KiB past the next chunk into L2; the next chunk's into L1
     };
-    const auto pass = [&]<bool Full>(const chunk_run& chunk,
-                                     std::size_t p) __attribute__((noinline, target("avx512vnni,avx512vbmi"))) {
+    // QuadLines (not 0): a whole chunk followed by a whole one, of records of the shape's
+    // size, whose lines are asked for in straight lines, QuadLines per quad (prefetch_part's
+    // loop took a third of a pass's instructions).
+    const auto pass = [&]<bool Full, std::size_t QuadLines>(const chunk_run& chunk, std::size_t p) __attribute__((
+                          noinline, target("avx512vnni,avx512vbmi"))) {
       const std::size_t chunk_quads = Full ? fixed_chunk / 4 : (chunk.size + 3) / 4;
       constexpr std::size_t pass_bytes = 8 * Bits; // 64 channels
       const std::size_t bytes = std::min<std::size_t>(pass_bytes, code_bytes - pass_bytes * p);
@@ -2226,8 +2232,17 @@ struct kernels {
       for (std::size_t v = 0; v < 4; ++v)
         for (std::size_t j = 0; j < 4; ++j) acc[v][j] = _mm512_load_si512(partial[p][v][j]);
       for (std::size_t q = 0; q < chunk_quads; ++q) {
-        if (p == 0) prefetch_part(chunk.ahead, q, chunk_quads);
-        if (p == passes - 1) prefetch_part<_MM_HINT_T0>(chunk.next, q, chunk_quads);
+        if constexpr (QuadLines != 0) {
+          const std::uint8_t* next_quad = chunk.records + (fixed_chunk + 4 * q) * record_bytes;
+          for (std::size_t k = 0; k < QuadLines; ++k) {
+            if (p == 0)
+              _mm_prefetch(reinterpret_cast<const char*>(next_quad + prefetch_distance + 64 * k), _MM_HINT_T1);
+            if (p == passes - 1) _mm_prefetch(reinterpret_cast<const char*>(next_quad + 64 * k), _MM_HINT_T0);
+          }
+        } else {
+          if (p == 0) prefetch_part(chunk.ahead, q, chunk_quads);
+          if (p == passes - 1) prefetch_part<_MM_HINT_T0>(chunk.next, q, chunk_quads);
+        }
         const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + pass_bytes * p;
         // head_dim 128 (HeadDim) takes every pass's bytes whole: plain loads, which from DRAM
         // measured faster than masked ones (KIVI-2's values 1.88-1.96 to 1.76-1.82 ns per token)
@@ -2253,9 +2268,9 @@ struct kernels {
           codes[2] = _mm512_and_si512(second, low_nibbles);
           codes[3] = _mm512_xor_si512(second, high_bits);
           for (std::size_t j = 0; j < 4; ++j) {
-            std::int32_t first_bytes, second_bytes; // quad q's dword j: slices[g][q / 4], lane q % 4
-            std::memcpy(&first_bytes, slices[first_group][q / 4] + 16 * (q % 4) + 4 * j, 4);
-            std::memcpy(&second_bytes, slices[second_group][q / 4] + 16 * (q % 4) + 4 * j, 4);
+            std::int32_t first_bytes, second_bytes; // quad q's dword j
+            std::memcpy(&first_bytes, slices[first_group] + 16 * q + 4 * j, 4);
+            std::memcpy(&second_bytes, slices[second_group] + 16 * q + 4 * j, 4);
             const __m512i first_j = _mm512_set1_epi32(first_bytes), second_j = _mm512_set1_epi32(second_bytes);
             acc[0][j] = _mm512_dpbusd_epi32(acc[0][j], first_j, codes[0]);
             acc[1][j] = _mm512_dpbusd_epi32(acc[1][j], first_j, codes[1]);
@@ -2270,7 +2285,7 @@ struct kernels {
           codes[3] = _mm512_xor_si512(x, high_bits);
           for (std::size_t j = 0; j < 4; ++j) {
             std::int64_t both; // quad q's dword j of the two units
-            std::memcpy(&both, pairs[p][q / 4] + 32 * (q % 4) + 8 * j, 8);
+            std::memcpy(&both, pairs[p] + 32 * q + 8 * j, 8);
             const __m512i f_j = _mm512_set1_epi64(both);
             for (std::size_t v = 0; v < 4; ++v) acc[v][j] = _mm512_dpbusd_epi32(acc[v][j], f_j, codes[v]);
           }
@@ -2311,10 +2326,12 @@ struct kernels {
                               lines_covering(next_records, next_size * record_bytes)};
         for (std::size_t b = 0; 16 * b < size; ++b) fix_batch(first, size, b);
         for (std::size_t p = 0; p < passes; ++p) {
-          if (size == fixed_chunk)
-            pass.template operator()<true>(chunk, p);
+          if (size == fixed_chunk && next_size == fixed_chunk && record_bytes == shape_record_bytes)
+            pass.template operator()<true, (4 * shape_record_bytes + 63) / 64>(chunk, p);
+          else if (size == fixed_chunk)
+            pass.template operator()<true, 0>(chunk, p);
           else
-            pass.template operator()<false>(chunk, p);
+            pass.template operator()<false, 0>(chunk, p);
         }
         if (first + fixed_chunk < count) load_chunk_params(first + fixed_chunk);
       }
