@@ -153,6 +153,14 @@ BOOST_AUTO_TEST_CASE(simd_softmax_matches_the_scalar_reference) {
       }
       BOOST_TEST(total == 1.0, boost::test_tools::tolerance(1e-5));
     }
+    // The largest score wherever it lies (the max pass keeps several running maxima, and a
+    // tail): subtracting anything less than 200 would overflow e^x.
+    for (const std::size_t at : {0u, 17u, 34u, 51u, 68u, 900u, 999u}) {
+      std::vector<float> scores(1000, 0.0f);
+      scores[at] = 200.0f;
+      BOOST_TEST(simd.softmax(scores.data(), scores.size()) == 200.0f);
+      BOOST_TEST(scores[at] == 1.0f, "the largest at " << at);
+    }
     // The tails of exp: normal results down to the smallest normal, subnormal ones (which
     // xsimd's exp, on AVX2, flushes to zero: allowed), zero below e^-104 and at -inf, and a
     // NaN that spreads.

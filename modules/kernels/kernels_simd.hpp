@@ -2737,9 +2737,14 @@ struct kernels {
     alignas(64) float tail[width];
     std::fill_n(tail, width, -INFINITY);
     std::copy(scores + full, scores + n, tail);
-    floats top = floats::load_aligned(tail);
-    for (std::size_t i = 0; i < full; i += width) top = xsimd::max(top, floats::load_unaligned(scores + i));
-    const float max = reduce(top, max_op);
+    // four running maxima: one chain of vmaxps waited on its latency (the largest is the
+    // same in any order)
+    floats tops[4] = {floats::load_aligned(tail), floats(-INFINITY), floats(-INFINITY), floats(-INFINITY)};
+    std::size_t i = 0;
+    for (; i + 4 * width <= full; i += 4 * width)
+      for (std::size_t k = 0; k < 4; ++k) tops[k] = xsimd::max(tops[k], floats::load_unaligned(scores + i + k * width));
+    for (; i < full; i += width) tops[0] = xsimd::max(tops[0], floats::load_unaligned(scores + i));
+    const float max = reduce(xsimd::max(xsimd::max(tops[0], tops[1]), xsimd::max(tops[2], tops[3])), max_op);
     const floats shift(max);
     using doubles = xsimd::batch<double, Arch>;
     // e^(x - max) for the vector at `at`, stored there
