@@ -1,10 +1,12 @@
 // The `kvlab` command: evaluate a recipe, list strategies, run an experiment.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -37,6 +39,13 @@ constexpr std::string_view usage = R"(usage:
       and bits per element.
   kvlab export --data SPEC --out DIR
       Write SPEC's keys, values and queries as DIR/K.npy, V.npy, Q.npy ([L, H, T, D]).
+  kvlab ppl --model PATH (--text FILE | --tokens FILE) --recipe R [--recipe R2 ...] [--ctx N] [--chunks N]
+            [--base RECIPE] [--threads N] [--out DIR] [--tokenizer FILE] [--no-attention-metrics] [--json]
+      Run the model (GGUF file, Hugging Face folder or llama2.c checkpoint) with each recipe's
+      cache inside its attention and report perplexity and KL divergence against a base run
+      (default k=f16@token,v=f16@token), llama.cpp's statistics: chunks of N tokens (default
+      512, at most the model's context), the second half of each scored. The base run's
+      log-probabilities are stored in DIR (default results/ppl) and reused.
   kvlab list
       Every registered strategy, baseline recipe and experiment.
 
@@ -45,9 +54,11 @@ RECIPE  k=Q@G,v=Q@G[,scale=f32][,sinks=S][,residual=R][,evict=E][,store=flat|pag
 SPEC    synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)
 )";
 
-// --flag value pairs and bare --switches; anything else is an error naming the argument.
+// --flag value pairs and bare --switches; anything else is an error naming the argument. A
+// flag given twice keeps its last value in `values` and every value in `all`.
 struct options {
   std::map<std::string, std::string> values;
+  std::multimap<std::string, std::string> every;
   std::vector<std::string> positional;
 
   options(int argc, char** argv, const std::vector<std::string>& with_value, const std::vector<std::string>& switches) {
@@ -59,6 +70,7 @@ struct options {
         } else if (std::ranges::find(with_value, arg) != with_value.end()) {
           if (i + 1 >= argc) throw kvlab::error(arg + " needs a value");
           values[arg] = argv[++i];
+          every.emplace(arg, values[arg]);
         } else {
           throw kvlab::error("unknown option '" + arg + "'");
         }
@@ -68,6 +80,11 @@ struct options {
     }
   }
   bool has(const std::string& key) const { return values.contains(key); }
+  std::vector<std::string> all(const std::string& key) const {
+    std::vector<std::string> found;
+    for (auto [at, end] = every.equal_range(key); at != end; ++at) found.push_back(at->second);
+    return found;
+  }
   const std::string& required(const std::string& key) const {
     const auto found = values.find(key);
     if (found == values.end()) throw kvlab::error("missing " + key);
@@ -323,10 +340,124 @@ int list_command(int argc, char** argv) {
 
 } // namespace
 
+// The whole file; kvlab::error naming it when it cannot be read.
+std::string read_input_file(const std::filesystem::path& file) {
+  const kvlab::mapped_file mapped(file);
+  return {reinterpret_cast<const char*>(mapped.bytes().data()), mapped.size()};
+}
+
+// Whitespace-separated token ids.
+std::vector<std::int32_t> read_token_file(const std::filesystem::path& file) {
+  const std::string text = read_input_file(file);
+  std::vector<std::int32_t> tokens;
+  std::size_t at = 0;
+  while (true) {
+    at = text.find_first_not_of(" \t\r\n", at);
+    if (at == std::string::npos) break;
+    const std::size_t end = std::min(text.find_first_of(" \t\r\n", at), text.size());
+    tokens.push_back(kvlab::parse_number<std::int32_t>(
+        text.substr(at, end - at), "token " + std::to_string(tokens.size()) + " of " + file.string()));
+    at = end;
+  }
+  return tokens;
+}
+
+std::string with_error(const kvlab::estimate& e, int digits = 4) {
+  return kvlab::format_significant(e.value, digits) + " ± " + kvlab::format_significant(e.error, 2);
+}
+
+int ppl_command(int argc, char** argv) {
+  const options opts(
+      argc, argv,
+      {"--model", "--text", "--tokens", "--recipe", "--ctx", "--chunks", "--base", "--threads", "--out", "--tokenizer"},
+      {"--json", "--no-attention-metrics"});
+  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  if (opts.has("--text") == opts.has("--tokens")) throw kvlab::error("give one of --text FILE or --tokens FILE");
+  const auto& components = kvlab::builtin_registry();
+  opts.required("--recipe");
+  std::vector<kvlab::recipe> recipes;
+  for (const auto& text : opts.all("--recipe")) recipes.push_back(kvlab::parse_recipe(text, components));
+  const kvlab::recipe base =
+      kvlab::parse_recipe(opts.has("--base") ? opts.required("--base") : "k=f16@token,v=f16@token", components);
+  const std::filesystem::path model_path = opts.required("--model");
+  const auto tokenizer_file =
+      opts.has("--tokenizer") ? std::optional<std::filesystem::path>(opts.required("--tokenizer")) : std::nullopt;
+  const kvlab::model model = kvlab::load_model(model_path, tokenizer_file);
+  kvlab::perplexity_options o;
+  o.context = model.config.context != 0 ? std::min<std::size_t>(512, model.config.context) : 512;
+  if (opts.has("--ctx")) o.context = kvlab::parse_number<std::size_t>(opts.required("--ctx"), "--ctx");
+  if (opts.has("--chunks")) o.chunks = kvlab::parse_number<std::size_t>(opts.required("--chunks"), "--chunks");
+  o.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (opts.has("--threads")) o.threads = kvlab::parse_number<unsigned>(opts.required("--threads"), "--threads");
+  o.attention_metrics = !opts.has("--no-attention-metrics");
+  std::vector<std::int32_t> tokens;
+  if (opts.has("--text")) {
+    if (!model.tokenizer) throw kvlab::error("--text needs a tokenizer; the model has none (use --tokens)");
+    tokens = model.tokenizer->encode(read_input_file(opts.required("--text")), model.tokenizer->add_bos());
+    // llama.cpp's perplexity starts every chunk with BOS when the vocabulary adds one.
+    if (model.tokenizer->add_bos() && model.tokenizer->bos()) o.chunk_bos = *model.tokenizer->bos();
+  } else {
+    tokens = read_token_file(opts.required("--tokens"));
+  }
+  const std::string digest = kvlab::model_sha256(model_path);
+  const std::filesystem::path out = opts.has("--out") ? opts.required("--out") : "results/ppl";
+  const kvlab::scored_run base_run =
+      kvlab::base_run(model.config, model.weights, tokens, base, components, o, digest, out);
+  std::vector<kvlab::perplexity_result> results;
+  for (const auto& r : recipes) {
+    const auto run = kvlab::run_scored(model.config, model.weights, tokens, r, components, o);
+    results.push_back(kvlab::compare_with_base(base_run, run, model.config, kvlab::canonical_name(r)));
+  }
+  const kvlab::model_config& c = model.config;
+  const std::string tokenizer = model.tokenizer ? model.tokenizer->description() : "none (--tokens)";
+  if (opts.has("--json")) {
+    std::string list = "[";
+    for (std::size_t i = 0; i < results.size(); ++i) list += (i ? ",\n" : "\n") + kvlab::to_json(results[i]);
+    std::cout << kvlab::json_object()
+                     .add("model", model_path.string())
+                     .add("model_sha256", digest)
+                     .add("format", model.format)
+                     .add("architecture", c.architecture)
+                     .add("tokenizer", tokenizer)
+                     .add("layers", c.layers)
+                     .add("heads", c.heads)
+                     .add("kv_heads", c.kv_heads)
+                     .add("head_dim", c.head_dim)
+                     .add("context", o.context)
+                     .add("chunks", base_run.targets.size() / (o.context - 1 - o.context / 2))
+                     .add("tokens", tokens.size())
+                     .add("base_recipe", kvlab::canonical_name(base))
+                     .add("isa", kvlab::isa_name(kvlab::active_kernels().instruction_set))
+                     .add("threads", std::size_t{o.threads})
+                     .raw("results", list + "\n]")
+                     .str()
+              << "\n";
+    return 0;
+  }
+  std::cout << "model: " << model_path.string() << " (" << model.format << ", " << c.architecture << ", " << c.layers
+            << " layers, " << c.heads << "/" << c.kv_heads << " heads, head_dim " << c.head_dim << "; sha256 "
+            << digest.substr(0, 16) << "...)\ntokenizer: " << tokenizer << "\nscored: " << base_run.targets.size()
+            << " positions in chunks of " << o.context << "; base: " << kvlab::canonical_name(base) << ", PPL "
+            << with_error(results.empty() ? kvlab::estimate{} : results.front().base_ppl) << "\n\n";
+  kvlab::text_table table;
+  table.header = {"recipe",     "PPL",         "ΔPPL",    "KLD",    "KLD p99", "RMS Δp %",
+                  "same top %", "attn_rel_l2", "B/token", "x fp16", "tok/s"};
+  for (const auto& r : results)
+    table.rows.push_back(
+        {r.recipe, with_error(r.ppl), with_error(r.delta_ppl), with_error(r.kld, 3),
+         kvlab::format_significant(r.kld_p99, 3), with_error({100 * r.rms_delta_p.value, 100 * r.rms_delta_p.error}, 3),
+         with_error({100 * r.same_top.value, 100 * r.same_top.error}, 4), kvlab::format_significant(r.attn_rel_l2, 3),
+         kvlab::format_significant(r.bytes_per_token, 4), kvlab::format_significant(r.compression_vs_fp16, 3),
+         kvlab::format_significant(r.tokens_per_second, 3)});
+  std::cout << table.markdown();
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   try {
     if (command == "eval") return eval_command(argc, argv);
+    if (command == "ppl") return ppl_command(argc, argv);
     if (command == "run") return run_command(argc, argv);
     if (command == "list") return list_command(argc, argv);
     if (command == "codec") return codec_command(argc, argv);

@@ -109,12 +109,6 @@ inline std::string provenance_json(const sweep_cell& cell, const std::string& di
       .str();
 }
 
-inline void write_file(const std::filesystem::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary);
-  out << text;
-  if (!out.flush()) throw error("cannot write " + file.string());
-}
-
 inline std::string file_text(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   std::stringstream text;
@@ -124,19 +118,6 @@ inline std::string file_text(const std::filesystem::path& file) {
 
 // Writes `file` atomically unless it already holds exactly `text`.
 inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text);
-
-// Writes `file` through a temporary file renamed into place: never a half-written file.
-inline void write_text_atomically(const std::filesystem::path& file, const std::string& text) {
-  const auto temporary =
-      file.parent_path() / ("." + file.filename().string() + "." + std::to_string(getpid()) + ".partial");
-  write_file(temporary, text);
-  std::error_code ec;
-  std::filesystem::rename(temporary, file, ec);
-  if (ec) {
-    std::filesystem::remove(temporary, ec);
-    throw error("cannot write " + file.string());
-  }
-}
 
 inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text) {
   if (std::filesystem::exists(file) && file_text(file) == text) return;

@@ -110,30 +110,40 @@ public:
   // Call once after every appended token (all layers and heads): compresses when the
   // schedule says so (step, every(N)).
   void token_done() {
+    for (std::size_t layer = 0; layer < layers_; ++layer) token_done(layer);
+  }
+  // The same for one layer, for callers that run a token through one layer at a time (a
+  // model's forward pass): layers are compressed independently, so calling this for every
+  // layer after each of its tokens gives the same cache as token_done() after each token.
+  void token_done(std::size_t layer) {
     if (!policy_ || keys_.empty()) return;
-    const std::size_t seen = keys_.front().tokens_seen();
+    const std::size_t seen = keys_[index(layer, 0)].tokens_seen();
     if (needs_.schedule.when == compress_schedule::kind::step ||
         (needs_.schedule.when == compress_schedule::kind::every && seen % needs_.schedule.period == 0))
-      compress();
+      compress(layer);
   }
   // Call once when prefill ends: compresses for the prefill schedule.
   void prefill_done() {
-    if (policy_ && needs_.schedule.when == compress_schedule::kind::prefill) compress();
+    for (std::size_t layer = 0; layer < layers_; ++layer) prefill_done(layer);
+  }
+  void prefill_done(std::size_t layer) {
+    if (policy_ && needs_.schedule.when == compress_schedule::kind::prefill) compress(layer);
   }
 
   // Keeps, in every (layer, KV head), the highest-scored evictable tokens within the
   // allocated budget; the others are erased (or demoted) from its key and value streams.
   void compress() {
+    for (std::size_t layer = 0; layer < layers_; ++layer) compress(layer);
+  }
+  void compress(std::size_t layer) {
     if (!policy_) return;
-    for (std::size_t layer = 0; layer < layers_; ++layer) {
-      std::vector<std::vector<double>> scores(kv_heads_);
-      for (std::size_t head = 0; head < kv_heads_; ++head) scores[head] = score(layer, head);
-      const std::size_t budget =
-          allocation_.layer_budget(layer, layers_, policy_->budget(keys_[index(layer, 0)].tokens_seen()));
-      const auto kept =
-          allocation_.how == budget_allocation::kind::adakv ? shared_pool(scores, budget) : per_head(scores, budget);
-      for (std::size_t head = 0; head < kv_heads_; ++head) drop_all_but(layer, head, kept[head]);
-    }
+    std::vector<std::vector<double>> scores(kv_heads_);
+    for (std::size_t head = 0; head < kv_heads_; ++head) scores[head] = score(layer, head);
+    const std::size_t budget =
+        allocation_.layer_budget(layer, layers_, policy_->budget(keys_[index(layer, 0)].tokens_seen()));
+    const auto kept =
+        allocation_.how == budget_allocation::kind::adakv ? shared_pool(scores, budget) : per_head(scores, budget);
+    for (std::size_t head = 0; head < kv_heads_; ++head) drop_all_but(layer, head, kept[head]);
   }
 
   // The scores the policy gives the evictable tokens of (layer, kv_head) now.

@@ -5,6 +5,8 @@ export import :errors;
 export import :numeric;
 export import :text;
 export import :memory;
+export import :mapped_file;
+export import :sha256;
 export import :random;
 export import :tensor;
 export import :codebook;

@@ -705,11 +705,15 @@ inline kv_data load_npy_dir(const std::filesystem::path& dir) {
   return data;
 }
 
-// Reads a .safetensors file holding tensors "k" and "v" of [layers, kv_heads, tokens, head_dim]
-// and "q" of [layers, q_heads, tokens, head_dim], each F32, F16 or BF16; other tensors and
-// "__metadata__" are checked for well-formedness and ignored. Every size in the header is
-// checked against the file before it is used. Throws kvlab::error naming the file and the problem.
-inline kv_data load_safetensors(const std::filesystem::path& file) {
+// The checked index of a .safetensors file opened on `in`: every tensor entry (dtype, shape,
+// data offsets relative to data_start), with every size in the header checked against the
+// file (entries inside the data, tiling it without holes or overlaps) before it is used.
+struct safetensors_index {
+  std::vector<detail::safetensors_entry> entries;
+  std::uint64_t data_start = 0; // file offset of the first data byte
+};
+
+inline safetensors_index read_safetensors_index(std::ifstream& in, const std::filesystem::path& file) {
   using detail::safetensors_error;
   std::error_code status_error;
   const auto status = std::filesystem::status(file, status_error);
@@ -718,7 +722,7 @@ inline kv_data load_safetensors(const std::filesystem::path& file) {
   if (status_error) throw safetensors_error(file, "cannot open: " + status_error.message());
   if (std::filesystem::is_directory(status))
     throw safetensors_error(file, "cannot open: it is a directory, not a file");
-  std::ifstream in(file, std::ios::binary);
+  in.open(file, std::ios::binary);
   if (!in) throw safetensors_error(file, "cannot open: " + std::generic_category().message(errno));
 
   in.seekg(0, std::ios::end);
@@ -752,10 +756,19 @@ inline kv_data load_safetensors(const std::filesystem::path& file) {
                                       std::to_string(*bad + length_field_bytes) + ") starts no valid character");
 
   const detail::header_json_value root = detail::header_json_parser(header, file).parse_header();
-  const std::vector<detail::safetensors_entry> entries = detail::safetensors_entries(root, file);
-  const std::uint64_t data_start = length_field_bytes + header_bytes;
-  detail::check_safetensors_layout(entries, file_bytes - data_start, file);
+  safetensors_index index{.entries = detail::safetensors_entries(root, file),
+                          .data_start = length_field_bytes + header_bytes};
+  detail::check_safetensors_layout(index.entries, file_bytes - index.data_start, file);
+  return index;
+}
 
+// Reads a .safetensors file holding tensors "k" and "v" of [layers, kv_heads, tokens, head_dim]
+// and "q" of [layers, q_heads, tokens, head_dim], each F32, F16 or BF16; other tensors and
+// "__metadata__" are checked for well-formedness and ignored. Every size in the header is
+// checked against the file before it is used. Throws kvlab::error naming the file and the problem.
+inline kv_data load_safetensors(const std::filesystem::path& file) {
+  std::ifstream in;
+  const auto [entries, data_start] = read_safetensors_index(in, file);
   const auto keys = detail::find_safetensors_kv_tensor(entries, "k", "kv_heads", file);
   const auto values = detail::find_safetensors_kv_tensor(entries, "v", "kv_heads", file);
   const auto queries = detail::find_safetensors_kv_tensor(entries, "q", "q_heads", file);

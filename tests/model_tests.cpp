@@ -1,0 +1,104 @@
+// The model in the loop: the forward pass through kvlab's cache against a dense reference,
+// determinism, and the llama2.c loader's checks.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "test_files.hpp"
+import kvlab;
+
+namespace {
+
+const kvlab::model_config tiny_gqa{.architecture = "llama",
+                                   .layers = 2,
+                                   .hidden = 64,
+                                   .heads = 4,
+                                   .kv_heads = 2,
+                                   .head_dim = 16,
+                                   .ffn = 96,
+                                   .vocab = 50,
+                                   .context = 128,
+                                   .rope = kvlab::rope_pairing::half_split};
+
+std::vector<std::int32_t> token_sequence(std::size_t n, std::size_t vocab) {
+  std::vector<std::int32_t> tokens(n);
+  for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::int32_t>((i * 7 + 3) % vocab);
+  return tokens;
+}
+
+std::vector<float> cached_logits(const kvlab::model_config& c, const kvlab::model_weights& w, const std::string& recipe,
+                                 std::span<const std::int32_t> tokens, unsigned threads) {
+  const auto& components = kvlab::builtin_registry();
+  kvlab::kv_cache cache(kvlab::parse_recipe(recipe, components), components, c.layers, c.kv_heads, c.head_dim);
+  kvlab::cache_attention attention(cache, c, {.threads = threads});
+  return kvlab::forward(c, w, tokens, 0, attention, 0, threads);
+}
+
+double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) largest = std::max(largest, std::abs(double{a[i]} - b[i]));
+  return largest;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(model)
+
+BOOST_AUTO_TEST_CASE(f32_cache_reproduces_dense_attention_logits_to_float_rounding) {
+  // Weights larger than the random initialisation so attention is far from uniform.
+  kvlab::model_weights w = kvlab::random_weights(tiny_gqa, 7);
+  for (auto& l : w.layers)
+    for (auto* m : {&l.wq, &l.wk})
+      for (auto& x : *m) x *= 25.0f;
+  const auto tokens = token_sequence(40, tiny_gqa.vocab);
+  kvlab::dense_attention dense(tiny_gqa);
+  const auto reference = kvlab::forward(tiny_gqa, w, tokens, 0, dense, 0);
+  const auto f32 = cached_logits(tiny_gqa, w, "k=f32@token,v=f32@token", tokens, 1);
+  BOOST_TEST(max_abs_difference(f32, reference) < 2e-5);
+  // A lossy cache really changes the logits (the comparison above can fail).
+  const auto int2 = cached_logits(tiny_gqa, w, "k=int2@token,v=int2@token", tokens, 1);
+  BOOST_TEST(max_abs_difference(int2, reference) > 1e-3);
+}
+
+BOOST_AUTO_TEST_CASE(logits_are_bit_identical_for_any_thread_count) {
+  const kvlab::model_config wide{
+      .layers = 1, .hidden = 256, .heads = 8, .kv_heads = 2, .head_dim = 32, .ffn = 640, .vocab = 300, .context = 0};
+  const kvlab::model_weights w = kvlab::random_weights(wide, 3);
+  const auto tokens = token_sequence(64, wide.vocab);
+  for (const std::string recipe : {"k=int4@group(32),v=int4@group(32)", "k=f16@token,v=f16@token,evict=h2o(16,8)"}) {
+    const auto one = cached_logits(wide, w, recipe, tokens, 1);
+    const auto two = cached_logits(wide, w, recipe, tokens, 2);
+    BOOST_TEST(one == two);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(llama2c_loader_rejects_malformed_checkpoints) {
+  const auto expect_error = [](const std::string& bytes, const std::string& fragment) {
+    kvlab_test::scratch_file file("model");
+    file.write(bytes);
+    BOOST_CHECK_EXCEPTION(kvlab::load_llama2c_checkpoint(file.path()), kvlab::error, [&](const kvlab::error& e) {
+      const bool found = std::string(e.what()).find(fragment) != std::string::npos;
+      if (!found) BOOST_TEST_MESSAGE("message: " << e.what());
+      return found;
+    });
+  };
+  const auto header = [](std::vector<std::int32_t> fields) {
+    std::string bytes(fields.size() * 4, '\0');
+    std::memcpy(bytes.data(), fields.data(), bytes.size());
+    return bytes;
+  };
+  expect_error({}, "shorter than the 28-byte header");
+  expect_error(header({0x616b3432, 1, 0, 0, 0, 0, 0}), "versioned llama2.c export");
+  expect_error(header({64, 172, 0, 8, 4, 512, 512}), "n_layers is 0");
+  expect_error(header({64, 172, 5, 8, 3, 512, 512}), "8 query heads is not a multiple of 3 KV heads");
+  expect_error(header({64, 172, 5, 8, 4, 512, 512}), "needs 1056540 bytes; the file has 28 (is it truncated?)");
+  expect_error(header({1 << 30, 1 << 30, 1 << 30, 1, 1, 1 << 30, 512}), "more than 2^40 parameters");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
