@@ -340,15 +340,9 @@ int list_command(int argc, char** argv) {
 
 } // namespace
 
-// The whole file; kvlab::error naming it when it cannot be read.
-std::string read_input_file(const std::filesystem::path& file) {
-  const kvlab::mapped_file mapped(file);
-  return {reinterpret_cast<const char*>(mapped.bytes().data()), mapped.size()};
-}
-
 // Whitespace-separated token ids.
 std::vector<std::int32_t> read_token_file(const std::filesystem::path& file) {
-  const std::string text = read_input_file(file);
+  const std::string text = kvlab::read_whole_file(file);
   std::vector<std::int32_t> tokens;
   std::size_t at = 0;
   while (true) {
@@ -393,7 +387,7 @@ int ppl_command(int argc, char** argv) {
   std::vector<std::int32_t> tokens;
   if (opts.has("--text")) {
     if (!model.tokenizer) throw kvlab::error("--text needs a tokenizer; the model has none (use --tokens)");
-    tokens = model.tokenizer->encode(read_input_file(opts.required("--text")), model.tokenizer->add_bos());
+    tokens = model.tokenizer->encode(kvlab::read_whole_file(opts.required("--text")), model.tokenizer->add_bos());
     // llama.cpp's perplexity starts every chunk with BOS when the vocabulary adds one.
     if (model.tokenizer->add_bos() && model.tokenizer->bos()) o.chunk_bos = *model.tokenizer->bos();
   } else {

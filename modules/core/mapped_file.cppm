@@ -80,4 +80,11 @@ private:
   std::size_t size_ = 0;
 };
 
+// The whole file as text, read through a mapping; kvlab::error naming the file when it
+// cannot be opened.
+inline std::string read_whole_file(const std::filesystem::path& file) {
+  const mapped_file mapped(file);
+  return {reinterpret_cast<const char*>(mapped.bytes().data()), mapped.size()};
+}
+
 } // namespace kvlab

@@ -15,6 +15,7 @@ module;
 export module kvlab.model:gguf_weights;
 import kvlab.core;
 import kvlab.gguf;
+import kvlab.data.files;
 import :config;
 
 export namespace kvlab {
@@ -50,15 +51,9 @@ inline model_parts load_gguf_weights(const gguf_file& file) {
   // A tensor of ggml shape [in, out] (ne[0] = in varies fastest) is row-major [out][in].
   const auto read = [&](const std::string& name, std::vector<std::uint64_t> dims) {
     const gguf_tensor& t = file.tensor(name);
-    if (t.dims != dims) {
-      const auto text = [](const std::vector<std::uint64_t>& d) {
-        std::string out = "[";
-        for (std::size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + std::to_string(d[i]);
-        return out + "]";
-      };
-      throw error(where + ": tensor '" + name + "' has ggml shape " + text(t.dims) + "; the metadata gives " +
-                  text(dims));
-    }
+    if (t.dims != dims)
+      throw error(where + ": tensor '" + name + "' has ggml shape " + detail::dump_shape_text(t.dims) +
+                  "; the metadata gives " + detail::dump_shape_text(dims));
     std::vector<float> values(static_cast<std::size_t>(t.element_count()));
     dequantize(t, values);
     return values;

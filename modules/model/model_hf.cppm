@@ -30,15 +30,6 @@ export namespace kvlab {
 
 namespace detail {
 
-inline std::string read_text_file(const std::filesystem::path& file, const std::string& what) {
-  const mapped_file mapped(file);
-  const auto bytes = mapped.bytes();
-  if (bytes.size() > (std::size_t{1} << 30))
-    throw error(what + " '" + file.string() + "': " + std::to_string(bytes.size()) + " bytes is too large for a " +
-                what);
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
 // A config.json field: a non-negative integer, or `fallback` when absent (nullopt: required).
 inline std::size_t config_count(const json_value& config, const std::string& key, const std::string& where,
                                 std::optional<std::size_t> fallback = std::nullopt) {
@@ -68,7 +59,7 @@ inline bool config_flag(const json_value& config, const std::string& key, const 
 
 inline model_config hf_model_config(const std::filesystem::path& file) {
   const std::string where = "Hugging Face config '" + file.string() + "'";
-  const json_value config = parse_json(read_text_file(file, "config.json"), file.string());
+  const json_value config = parse_json(read_whole_file(file), file.string());
   if (!config.is_object()) throw error(where + ": expected a JSON object");
   const json_value* type = config.find("model_type");
   if (!type || !type->is_string())
@@ -113,7 +104,7 @@ public:
       add_shard(single);
     } else if (std::filesystem::exists(sharded)) {
       const std::string where = "'" + sharded.string() + "'";
-      const json_value index = parse_json(read_text_file(sharded, "index"), sharded.string());
+      const json_value index = parse_json(read_whole_file(sharded), sharded.string());
       const json_value* map = index.find("weight_map");
       if (!map || !map->is_object()) throw error(where + ": field \"weight_map\" (an object) is missing");
       std::map<std::string, std::size_t> shard_of_file;
@@ -141,12 +132,8 @@ public:
     const safetensors_entry& entry = s.index.entries[found->second.second];
     const std::string what = "'" + s.file.path().string() + "': tensor '" + name + "'";
     if (entry.shape != shape) {
-      const auto text = [](const std::vector<std::size_t>& dims) {
-        std::string out = "[";
-        for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-        return out + "]";
-      };
-      throw error(what + " has shape " + text(entry.shape) + "; config.json gives " + text(shape));
+      throw error(what + " has shape " + dump_shape_text(entry.shape) + "; config.json gives " +
+                  dump_shape_text(shape));
     }
     const auto dtype = std::ranges::find(safetensors_supported_dtypes, entry.dtype, &safetensors_dtype::name);
     if (dtype == safetensors_supported_dtypes.end())

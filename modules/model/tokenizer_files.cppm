@@ -116,13 +116,6 @@ private:
   std::filesystem::path file_;
 };
 
-// The whole file as text (tokenizer.json holds megabytes; it is read once, in place).
-inline std::string read_text_file(const std::filesystem::path& file) {
-  const mapped_file mapped(file);
-  const auto bytes = mapped.bytes();
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 // The split regexes of Hugging Face's pre-tokenizers as their tokenizer.json files spell them.
 inline std::optional<pre_tokenizer> hf_split_pattern(std::string_view pattern) {
   if (pattern == R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)")
@@ -149,7 +142,7 @@ public:
   explicit hf_loader(const std::filesystem::path& file) : file_(file), fields_("tokenizer.json", file) {}
 
   tokenizer load() {
-    const std::string text = read_text_file(file_);
+    const std::string text = read_whole_file(file_);
     const json_value root = parse_json(text, "tokenizer.json '" + file_.string() + "'");
     fields_.object(root, "(top level)");
     const json_value& model = fields_.object(fields_.required(root, "model", "model"), "model");
@@ -443,7 +436,7 @@ private:
     const std::filesystem::path config_file = file_.parent_path() / "tokenizer_config.json";
     if (!std::filesystem::exists(config_file)) return;
     const json_fields config("tokenizer_config.json", config_file);
-    const std::string text = read_text_file(config_file);
+    const std::string text = read_whole_file(config_file);
     const json_value root_config = parse_json(text, "tokenizer_config.json '" + config_file.string() + "'");
     config.object(root_config, "(top level)");
     const auto token = [&](std::string_view key) -> std::optional<std::int32_t> {
