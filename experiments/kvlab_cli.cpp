@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -46,6 +48,11 @@ constexpr std::string_view usage = R"(usage:
       (default k=f16@token,v=f16@token), llama.cpp's statistics: chunks of N tokens (default
       512, at most the model's context), the second half of each scored. The base run's
       log-probabilities are stored in DIR (default results/ppl) and reused.
+  kvlab capture --model PATH --text FILE --out DIR [--tokens N] [--tokenizer FILE] [--threads N]
+      Run the model over the text's first N tokens (default: up to its context) with exact
+      attention and write every layer's K.npy, V.npy, Q.npy (post-RoPE) and K_pre_rope.npy
+      in the layout npy:DIR reads. The data spec model:PATH,text=FILE[,tokens=N] gives the
+      same keys, values and queries to eval and sweeps without writing them.
   kvlab list
       Every registered strategy, baseline recipe and experiment.
 
@@ -97,7 +104,7 @@ int eval_command(int argc, char** argv) {
   if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
   const auto& components = kvlab::builtin_registry();
   const kvlab::recipe recipe = kvlab::parse_recipe(opts.required("--recipe"), components);
-  const kvlab::kv_data data = kvlab::load_data(opts.required("--data"));
+  const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
   kvlab::eval_options eval;
   if (opts.has("--decode-steps"))
     eval.decode_steps = kvlab::parse_number<std::size_t>(opts.required("--decode-steps"), "--decode-steps");
@@ -303,21 +310,50 @@ int codec_command(int argc, char** argv) {
   return 0;
 }
 
-int export_command(int argc, char** argv) {
-  const options opts(argc, argv, {"--data", "--out"}, {});
-  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
-  const kvlab::kv_data data = kvlab::load_data(opts.required("--data"));
-  const std::filesystem::path dir = opts.required("--out");
+// Writes each tensor as DIR/<name> in the npy:DIR layout ([layers, heads, tokens, head_dim]).
+void write_kv_npy(const std::filesystem::path& dir,
+                  std::initializer_list<std::pair<const char*, const kvlab::kv_tensor*>> tensors) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw kvlab::error("cannot create directory " + dir.string() + ": " + ec.message());
-  for (const auto& [name, tensor] :
-       {std::pair{"K.npy", &data.keys}, {"V.npy", &data.values}, {"Q.npy", &data.queries}}) {
+  std::string names;
+  for (const auto& [name, tensor] : tensors) {
     const auto& s = tensor->shape();
     const std::size_t shape[] = {s.layers, s.heads, s.tokens, s.head_dim};
     kvlab::write_npy(dir / name, shape, tensor->values());
+    names += (names.empty() ? "" : ", ") + std::string(name);
   }
-  std::cout << "wrote K.npy, V.npy, Q.npy to " << dir.string() << "\n";
+  std::cout << "wrote " << names << " to " << dir.string() << "\n";
+}
+
+int export_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--data", "--out"}, {});
+  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
+  write_kv_npy(opts.required("--out"), {{"K.npy", &data.keys}, {"V.npy", &data.values}, {"Q.npy", &data.queries}});
+  return 0;
+}
+
+int capture_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--model", "--text", "--out", "--tokens", "--tokenizer", "--threads"}, {});
+  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  const auto tokenizer_file =
+      opts.has("--tokenizer") ? std::optional<std::filesystem::path>(opts.required("--tokenizer")) : std::nullopt;
+  const kvlab::model model = kvlab::load_model(opts.required("--model"), tokenizer_file);
+  const auto tokens =
+      model.tokenizer->encode(kvlab::read_whole_file(opts.required("--text")), model.tokenizer->add_bos());
+  std::size_t n = std::min<std::size_t>(tokens.size(), model.config.context != 0 ? model.config.context : 4096);
+  if (opts.has("--tokens")) n = kvlab::parse_number<std::size_t>(opts.required("--tokens"), "--tokens");
+  if (n > tokens.size())
+    throw kvlab::error("--tokens " + std::to_string(n) + ": the text gives " + std::to_string(tokens.size()));
+  const unsigned threads =
+      opts.has("--threads") ? kvlab::parse_number<unsigned>(opts.required("--threads"), "--threads") : 1;
+  const auto captured = kvlab::capture_kv(model.config, model.weights, std::span(tokens).first(n),
+                                          "capture of " + opts.required("--model"), threads);
+  write_kv_npy(opts.required("--out"), {{"K.npy", &captured.data.keys},
+                                        {"V.npy", &captured.data.values},
+                                        {"Q.npy", &captured.data.queries},
+                                        {"K_pre_rope.npy", &captured.keys_before_rope}});
   return 0;
 }
 
@@ -452,6 +488,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "eval") return eval_command(argc, argv);
     if (command == "ppl") return ppl_command(argc, argv);
+    if (command == "capture") return capture_command(argc, argv);
     if (command == "run") return run_command(argc, argv);
     if (command == "list") return list_command(argc, argv);
     if (command == "codec") return codec_command(argc, argv);

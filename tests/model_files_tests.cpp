@@ -241,6 +241,32 @@ BOOST_AUTO_TEST_CASE(quantized_gguf_weights_load_close_to_their_source) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(model_data_spec_gives_a_real_workload) {
+  const auto stories = kvlab_test::shared_model_file("stories260K/stories260K.bin");
+  if (!stories) return;
+  kvlab_test::scratch_directory dir("spec");
+  const auto text = dir.write("story.txt", story);
+  const std::string spec = "model:" + stories->string() + ",text=" + text.string() + ",tokens=96";
+  const kvlab::kv_data data = kvlab::load_workload(spec);
+  BOOST_TEST((data.keys.shape() == kvlab::kv_shape{5, 4, 96, 8}));
+  BOOST_TEST((data.queries.shape() == kvlab::kv_shape{5, 8, 96, 8}));
+  BOOST_TEST(data.source == spec);
+  const auto& c = components();
+  const auto int8 = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=int8@token", c), data, c, {.decode_steps = 16});
+  BOOST_TEST((int8.attn_rel_l2.mean > 0.0 && int8.attn_rel_l2.mean < 0.2));
+  const auto expect_error = [&](const std::string& bad, const std::string& fragment) {
+    BOOST_CHECK_EXCEPTION(kvlab::load_workload(bad), kvlab::error, [&](const kvlab::error& e) {
+      const bool found = std::string(e.what()).find(fragment) != std::string::npos;
+      if (!found) BOOST_TEST_MESSAGE("message: " << e.what());
+      return found;
+    });
+  };
+  expect_error("model:" + stories->string(), "text=FILE is missing");
+  expect_error("model:" + stories->string() + ",txt=a", "unknown key 'txt'; allowed: text, tokens, tokenizer");
+  expect_error("model:" + stories->string() + ",text=" + text.string() + ",tokens=100000", "tokens=100000 but");
+  expect_error("model:,text=x", "no model path after 'model:'");
+}
+
 BOOST_AUTO_TEST_CASE(malformed_model_files_are_rejected_naming_the_problem) {
   const auto expect_error = [](auto load, const std::string& fragment) {
     BOOST_CHECK_EXCEPTION(load(), kvlab::error, [&](const kvlab::error& e) {

@@ -78,6 +78,31 @@ BOOST_AUTO_TEST_CASE(logits_are_bit_identical_for_any_thread_count) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(capture_records_what_the_model_attends_with) {
+  const kvlab::model_weights w = kvlab::random_weights(tiny_gqa, 9);
+  const auto tokens = token_sequence(24, tiny_gqa.vocab);
+  const auto captured = kvlab::capture_kv(tiny_gqa, w, tokens, "test");
+  const auto& d = captured.data;
+  BOOST_TEST((d.keys.shape() == kvlab::kv_shape{2, 2, 24, 16}));
+  BOOST_TEST((d.queries.shape() == kvlab::kv_shape{2, 4, 24, 16}));
+  // RoPE applied to the recorded pre-RoPE keys gives the recorded keys, bit for bit.
+  for (std::size_t layer = 0; layer < 2; ++layer)
+    for (std::size_t h = 0; h < 2; ++h) {
+      std::vector<float> rotated(captured.keys_before_rope.stream(layer, h).begin(),
+                                 captured.keys_before_rope.stream(layer, h).end());
+      kvlab::apply_rope(rotated, 1, 16, 0, tiny_gqa.rope_theta, tiny_gqa.rope);
+      const auto keys = d.keys.stream(layer, h);
+      BOOST_TEST(std::ranges::equal(rotated, keys));
+      BOOST_TEST(!std::ranges::equal(captured.keys_before_rope.stream(layer, h), keys));
+    }
+  // The captured workload is what the cached forward pass attends with: an f32 cache over
+  // it reproduces exact attention.
+  const auto& components = kvlab::builtin_registry();
+  const auto r =
+      kvlab::evaluate(kvlab::parse_recipe("k=f32@token,v=f32@token", components), d, components, {.decode_steps = 8});
+  BOOST_TEST(r.attn_rel_l2.max < 1e-5);
+}
+
 BOOST_AUTO_TEST_CASE(llama2c_loader_rejects_malformed_checkpoints) {
   const auto expect_error = [](const std::string& bytes, const std::string& fragment) {
     kvlab_test::scratch_file file("model");

@@ -76,7 +76,7 @@ inline kv_data load_data(std::string_view spec) {
   if (source == "npy") return load_npy_dir(path);
   if (source == "safetensors") return load_safetensors(path);
   throw error("data spec '" + std::string(spec) + "': unknown source '" + source +
-              "'; allowed: synthetic, npy, safetensors");
+              "'; allowed: synthetic, npy, safetensors, model");
 }
 
 } // namespace kvlab

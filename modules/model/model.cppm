@@ -8,6 +8,7 @@ module;
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 export module kvlab.model;
 export import :config;
@@ -16,7 +17,9 @@ export import :cache_attention;
 export import :llama2c;
 export import :hf;
 export import :gguf_weights;
+export import :capture;
 import kvlab.core;
+import kvlab.data;
 import kvlab.gguf;
 import kvlab.tokenizer;
 import kvlab.tokenizer.gguf;
@@ -107,6 +110,48 @@ inline model load_model(const std::filesystem::path& path,
     throw error("model '" + path.string() + "': the tokenizer has " + std::to_string(m.tokenizer->size()) +
                 " tokens, more than the model's vocabulary of " + std::to_string(m.config.vocab));
   return m;
+}
+
+// The workload a data spec names: `model:PATH,text=FILE[,tokens=N][,tokenizer=FILE]` runs the
+// model over the first N tokens of the text (default: as many as the text gives, up to the
+// model's context, or 4096) and hands over its real keys, values and queries (capture_kv);
+// every other spec goes to load_data.
+inline kv_data load_workload(std::string_view spec) {
+  if (!spec.starts_with("model:")) return load_data(spec);
+  const std::string where = "data spec '" + std::string(spec) + "'";
+  std::vector<std::string> parts;
+  for (std::size_t at = 6; at <= spec.size();) {
+    const std::size_t end = std::min(spec.find(',', at), spec.size());
+    parts.emplace_back(spec.substr(at, end - at));
+    at = end + 1;
+  }
+  if (parts.front().empty()) throw error(where + ": no model path after 'model:'");
+  std::optional<std::filesystem::path> text, tokenizer_file;
+  std::optional<std::size_t> count;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const auto equals = parts[i].find('=');
+    const std::string key = parts[i].substr(0, equals),
+                      value = equals == std::string::npos ? "" : parts[i].substr(equals + 1);
+    if (equals == std::string::npos || value.empty())
+      throw error(where + ": part '" + parts[i] + "' is not key=value (keys: text, tokens, tokenizer)");
+    if (key == "text")
+      text = value;
+    else if (key == "tokenizer")
+      tokenizer_file = value;
+    else if (key == "tokens")
+      count = parse_number<std::size_t>(value, where + ", tokens");
+    else
+      throw error(where + ": unknown key '" + key + "'; allowed: text, tokens, tokenizer");
+  }
+  if (!text) throw error(where + ": text=FILE is missing (the text the model reads)");
+  const model m = load_model(parts.front(), tokenizer_file);
+  const std::vector<std::int32_t> tokens = m.tokenizer->encode(read_whole_file(*text), m.tokenizer->add_bos());
+  const std::size_t limit = m.config.context != 0 ? m.config.context : 4096;
+  if (count && *count > tokens.size())
+    throw error(where + ": tokens=" + std::to_string(*count) + " but '" + text->string() + "' gives " +
+                std::to_string(tokens.size()) + " tokens");
+  const std::size_t n = count.value_or(std::min(tokens.size(), limit));
+  return capture_kv(m.config, m.weights, std::span(tokens).first(n), std::string(spec)).data;
 }
 
 } // namespace kvlab

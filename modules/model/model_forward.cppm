@@ -31,7 +31,10 @@ class attention_backend {
 public:
   virtual ~attention_backend() = default;
   virtual void attend(std::size_t layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
-                      std::size_t tokens, std::span<float> out) = 0;
+                      std::size_t tokens, std::span<float> out) = 0; // The chunk's keys before RoPE rotates them
+                                                                     // (tokens x kv_heads * head_dim), for backends
+  // that record them; called just before `attend` for the same layer.
+  virtual void keys_before_rope(std::size_t /*layer*/, std::span<const float> /*k*/) {}
 };
 
 // Where a forward pass spent its time (seconds, summed over calls).
@@ -99,11 +102,14 @@ inline void rms_norm(std::span<const float> x, std::span<const float> weight, st
 inline void apply_rope(std::span<float> rows, std::size_t heads, std::size_t head_dim, std::size_t first_position,
                        double theta, rope_pairing pairing) {
   const std::size_t width = heads * head_dim, half = head_dim / 2;
+  std::vector<double> frequencies(half);
+  for (std::size_t j = 0; j < half; ++j)
+    frequencies[j] = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
   std::vector<float> cosines(half), sines(half);
   for (std::size_t row = 0; row < rows.size() / width; ++row) {
     const auto position = static_cast<double>(first_position + row);
     for (std::size_t j = 0; j < half; ++j) {
-      const double angle = position * std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
+      const double angle = position * frequencies[j];
       cosines[j] = static_cast<float>(std::cos(angle));
       sines[j] = static_cast<float>(std::sin(angle));
     }
@@ -168,6 +174,7 @@ inline std::vector<float> forward(const model_config& c, const model_weights& w,
     product(normed, l.wk, k, n, hidden, kv_width);
     product(normed, l.wv, v, n, hidden, kv_width);
     add_bias(q, l.bq), add_bias(k, l.bk), add_bias(v, l.bv);
+    attention.keys_before_rope(layer, k);
     apply_rope(q, c.heads, c.head_dim, first_position, c.rope_theta, c.rope);
     apply_rope(k, c.kv_heads, c.head_dim, first_position, c.rope_theta, c.rope);
     charge(time.other);
@@ -185,6 +192,7 @@ inline std::vector<float> forward(const model_config& c, const model_weights& w,
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += delta[i];
   }
   const std::size_t rows = n - logits_from;
+  if (rows == 0) return {};
   const auto last = std::span(x).subspan(logits_from * hidden);
   rms_norm(last, w.final_norm, std::span(normed).first(rows * hidden), c.norm_eps);
   std::vector<float> logits(rows * c.vocab);
