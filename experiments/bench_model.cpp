@@ -137,14 +137,20 @@ void matmul_probe(benchmark::State& state) {
 
 int main(int argc, char** argv) {
   // The probe runs first and last; the summary keeps the faster (other tenants only slow it).
-  benchmark::RegisterBenchmark("matmul_probe/first", matmul_probe)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+  benchmark::RegisterBenchmark("matmul_probe/first", matmul_probe)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(2.0)
+      ->UseRealTime();
   for (const auto& s : shapes)
     for (const auto& [name, recipe] : recipes)
       benchmark::RegisterBenchmark(("ppl_chunk/" + s.name + "/" + name).c_str(), model_chunk, s, name, recipe)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(s.name == "llama-3.2-1b" ? 1 : 3)
           ->UseRealTime();
-  benchmark::RegisterBenchmark("matmul_probe/last", matmul_probe)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+  benchmark::RegisterBenchmark("matmul_probe/last", matmul_probe)
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(2.0)
+      ->UseRealTime();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
