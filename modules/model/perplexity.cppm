@@ -95,8 +95,8 @@ inline scored_run run_scored(const model_config& c, const model_weights& w, std:
     // Attention runs on one thread: one token's attention is too short to split over threads
     // started per call (kvlab_bench_model: SmolLM2-135M's attention took 1.2 s a chunk on two
     // threads, 0.2 s on one). The matrix products use every thread.
-    cache_attention attention(
-        cache, c, {.prefill = first, .measure_from = first, .measure = o.attention_metrics, .threads = 1});
+    cache_attention attention(cache, c,
+                              {.prefill = first, .measure_from = first, .measure = o.attention_metrics, .threads = 1});
     const std::vector<float> logits = forward(c, w, chunk, 0, attention, first, o.threads, &run.timing);
     for (std::size_t i = 0; i < scored; ++i) {
       detail::log_softmax(std::span(logits).subspan(i * c.vocab, c.vocab),
