@@ -12,7 +12,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 import kvlab;
@@ -23,7 +22,7 @@ namespace {
 constexpr std::string_view usage = R"(usage:
   kvlab eval --recipe RECIPE --data SPEC [--decode-steps N] [--json]
       Compress SPEC's keys and values with RECIPE and report attention fidelity and bytes.
-  kvlab run NAME [--out DIR] [--threads N] [--shard i/N] [--format md|tex|csv|json]
+  kvlab run NAME [--out DIR] [--threads N|all] [--shard i/N] [--format md|tex|csv|json]
       Run the experiment NAME from configs/ ('kvlab list' shows names) and print its table.
       Sweeps store one folder per cell in DIR (default results/NAME) plus table.md,
       table.tex and fidelity_vs_bytes.svg, skip finished cells when run again, and with
@@ -42,13 +41,13 @@ constexpr std::string_view usage = R"(usage:
   kvlab export --data SPEC --out DIR
       Write SPEC's keys, values and queries as DIR/K.npy, V.npy, Q.npy ([L, H, T, D]).
   kvlab ppl --model PATH (--text FILE | --tokens FILE) --recipe R [--recipe R2 ...] [--ctx N] [--chunks N]
-            [--base RECIPE] [--threads N] [--out DIR] [--tokenizer FILE] [--no-attention-metrics] [--json]
+            [--base RECIPE] [--threads N|all] [--out DIR] [--tokenizer FILE] [--no-attention-metrics] [--json]
       Run the model (GGUF file, Hugging Face folder or llama2.c checkpoint) with each recipe's
       cache inside its attention and report perplexity and KL divergence against a base run
       (default k=f16@token,v=f16@token), llama.cpp's statistics: chunks of N tokens (default
       512, at most the model's context), the second half of each scored. The base run's
       log-probabilities are stored in DIR (default results/ppl) and reused.
-  kvlab capture --model PATH --text FILE --out DIR [--tokens N] [--tokenizer FILE] [--threads N]
+  kvlab capture --model PATH --text FILE --out DIR [--tokens N] [--tokenizer FILE] [--threads N|all]
       Run the model over the text's first N tokens (default: up to its context) with exact
       attention and write every layer's K.npy, V.npy, Q.npy (post-RoPE) and K_pre_rope.npy
       in the layout npy:DIR reads. The data spec model:PATH,text=FILE[,tokens=N] gives the
@@ -59,22 +58,32 @@ constexpr std::string_view usage = R"(usage:
 RECIPE  k=Q@G,v=Q@G[,scale=f32][,sinks=S][,residual=R][,evict=E][,store=flat|paged(P)]
         e.g. k=uint2@channel(32),v=uint2@group(32),residual=128
 SPEC    synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)
+--threads  worker threads, at most the CPUs this process may use (affinity and cgroup
+        quota; more is capped with a note); 'all' uses every one, the default of run and ppl
+A flag may be given once (ppl's --recipe: once per recipe).
 )";
 
 // --flag value pairs and bare --switches; anything else is an error naming the argument. A
-// flag given twice keeps its last value in `values` and every value in `all`.
+// flag may be given twice only when it is `repeatable` (all() has every value); otherwise a
+// second value is an error, not a silent override.
 struct options {
   std::map<std::string, std::string> values;
   std::multimap<std::string, std::string> every;
   std::vector<std::string> positional;
 
-  options(int argc, char** argv, const std::vector<std::string>& with_value, const std::vector<std::string>& switches) {
+  options(int argc, char** argv, const std::vector<std::string>& with_value, const std::vector<std::string>& switches,
+          const std::vector<std::string>& repeatable = {}) {
     for (int i = 2; i < argc; ++i) {
       const std::string arg = argv[i];
       if (arg.starts_with("--")) {
-        if (std::ranges::find(switches, arg) != switches.end()) {
+        const bool is_switch = std::ranges::find(switches, arg) != switches.end();
+        const bool takes_value = std::ranges::find(with_value, arg) != with_value.end();
+        if ((is_switch || takes_value) && values.contains(arg) &&
+            std::ranges::find(repeatable, arg) == repeatable.end())
+          throw kvlab::error(arg + " is given twice" + (takes_value ? " (first '" + values[arg] + "')" : ""));
+        if (is_switch) {
           values[arg] = "";
-        } else if (std::ranges::find(with_value, arg) != with_value.end()) {
+        } else if (takes_value) {
           if (i + 1 >= argc) throw kvlab::error(arg + " needs a value");
           values[arg] = argv[++i];
           every.emplace(arg, values[arg]);
@@ -98,6 +107,11 @@ struct options {
     return found->second;
   }
 };
+
+// --threads N (capped at the CPUs this process may use, with a note) or --threads all.
+unsigned threads(const options& opts, const std::string& fallback) {
+  return kvlab::thread_count(opts.has("--threads") ? opts.required("--threads") : fallback, "--threads", std::clog);
+}
 
 int eval_command(int argc, char** argv) {
   const options opts(argc, argv, {"--recipe", "--data", "--decode-steps"}, {"--json"});
@@ -215,8 +229,7 @@ int run_command(int argc, char** argv) {
     return 0;
   }
   kvlab::run_options run{.out = opts.has("--out") ? opts.required("--out") : "results/" + found->name,
-                         .threads = std::max(1u, std::thread::hardware_concurrency())};
-  if (opts.has("--threads")) run.threads = kvlab::parse_number<unsigned>(opts.required("--threads"), "--threads");
+                         .threads = threads(opts, "all")};
   if (opts.has("--shard")) {
     const std::string shard = opts.required("--shard");
     const auto slash = shard.find('/');
@@ -346,10 +359,8 @@ int capture_command(int argc, char** argv) {
   if (opts.has("--tokens")) n = kvlab::parse_number<std::size_t>(opts.required("--tokens"), "--tokens");
   if (n > tokens.size())
     throw kvlab::error("--tokens " + std::to_string(n) + ": the text gives " + std::to_string(tokens.size()));
-  const unsigned threads =
-      opts.has("--threads") ? kvlab::parse_number<unsigned>(opts.required("--threads"), "--threads") : 1;
   const auto captured = kvlab::capture_kv(model.config, model.weights, std::span(tokens).first(n),
-                                          "capture of " + opts.required("--model"), threads);
+                                          "capture of " + opts.required("--model"), threads(opts, "1"));
   write_kv_npy(opts.required("--out"), {{"K.npy", &captured.data.keys},
                                         {"V.npy", &captured.data.values},
                                         {"Q.npy", &captured.data.queries},
@@ -400,7 +411,7 @@ int ppl_command(int argc, char** argv) {
   const options opts(
       argc, argv,
       {"--model", "--text", "--tokens", "--recipe", "--ctx", "--chunks", "--base", "--threads", "--out", "--tokenizer"},
-      {"--json", "--no-attention-metrics"});
+      {"--json", "--no-attention-metrics"}, {"--recipe"});
   if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
   if (opts.has("--text") == opts.has("--tokens")) throw kvlab::error("give one of --text FILE or --tokens FILE");
   const auto& components = kvlab::builtin_registry();
@@ -417,8 +428,7 @@ int ppl_command(int argc, char** argv) {
   o.context = model.config.context != 0 ? std::min<std::size_t>(512, model.config.context) : 512;
   if (opts.has("--ctx")) o.context = kvlab::parse_number<std::size_t>(opts.required("--ctx"), "--ctx");
   if (opts.has("--chunks")) o.chunks = kvlab::parse_number<std::size_t>(opts.required("--chunks"), "--chunks");
-  o.threads = std::max(1u, std::thread::hardware_concurrency());
-  if (opts.has("--threads")) o.threads = kvlab::parse_number<unsigned>(opts.required("--threads"), "--threads");
+  o.threads = threads(opts, "all");
   o.attention_metrics = !opts.has("--no-attention-metrics");
   std::vector<std::int32_t> tokens;
   if (opts.has("--text")) {
@@ -486,6 +496,11 @@ int ppl_command(int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   try {
+    if (command == "help" || command == "--help" || command == "-h" ||
+        std::ranges::any_of(std::span(argv, argc).subspan(1), [](std::string_view a) { return a == "--help"; })) {
+      std::cout << usage;
+      return 0;
+    }
     if (command == "eval") return eval_command(argc, argv);
     if (command == "ppl") return ppl_command(argc, argv);
     if (command == "capture") return capture_command(argc, argv);
@@ -496,10 +511,6 @@ int main(int argc, char** argv) {
     if (command == "table") return table_command(argc, argv);
     if (command == "merge") return merge_command(argc, argv);
     if (command == "plot") return plot_command(argc, argv);
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::cout << usage;
-      return 0;
-    }
     std::cerr << "kvlab: " << (command.empty() ? "no command given" : "unknown command '" + command + "'") << "\n"
               << usage;
     return 2;
@@ -508,6 +519,9 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::filesystem::filesystem_error& e) { // names the path and the reason
     std::cerr << "kvlab " << command << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) { // a request past the memory checks' estimates
+    std::cerr << "kvlab " << command << ": error: out of memory; ask for less data or fewer threads\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "kvlab " << command << ": internal error: " << e.what() << "\n";

@@ -25,9 +25,7 @@ inline void register_into(registry& components) {
                   .examples = {"channel(32)"}},
                  registry::granularity_factory([](const strategy_args& args) {
                    args.expect_arguments(1, "channel(G)");
-                   const auto tokens = args.number<std::size_t>(0, "group length G (tokens)");
-                   if (tokens == 0 || tokens > 65536)
-                     throw error("'" + args.text + "': group length must be in 1..65536 tokens");
+                   const auto tokens = args.number_in<std::size_t>(0, "group length G (tokens)", 1, max_group_length);
                    return any_granularity(per_channel{tokens});
                  }));
 }

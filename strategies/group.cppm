@@ -31,8 +31,7 @@ inline void register_into(registry& components) {
                   .examples = {"group(32)", "group(64)"}},
                  registry::granularity_factory([](const strategy_args& args) {
                    args.expect_arguments(1, "group(G)");
-                   const auto size = args.number<std::size_t>(0, "group size G");
-                   if (size == 0) throw error("'" + args.text + "': group size must be positive");
+                   const auto size = args.number_in<std::size_t>(0, "group size G (channels)", 1, max_group_length);
                    return any_granularity(channel_group{size});
                  }));
 }

@@ -45,7 +45,9 @@ public:
   std::uint32_t encode(float x, group_params params) const {
     if (params.scale == 0.0f) return static_cast<std::uint32_t>(max_code_); // all-zero group
     const float q = std::nearbyint(x / params.scale);
-    const float clamped = std::clamp(q, -static_cast<float>(max_code_), static_cast<float>(max_code_));
+    const float top = static_cast<float>(max_code_);
+    // NaN gives the zero code, not an undefined float-to-integer conversion
+    const float clamped = q > -top ? std::min(q, top) : (std::isnan(q) ? 0.0f : -top);
     return static_cast<std::uint32_t>(static_cast<int>(clamped) + max_code_);
   }
   float decode(std::uint32_t code, group_params params) const { return params.scale * levels_[code]; }

@@ -52,10 +52,9 @@ inline void register_into(registry& components) {
                   .examples = {"snapkv(16,4,3)"}},
                  registry::eviction_factory([](const strategy_args& a) {
                    a.expect_arguments(3, "snapkv(B,W,K)");
-                   const auto window = a.number<std::size_t>(1, "W");
-                   const auto kernel = a.number<std::size_t>(2, "K");
-                   if (window == 0) throw error("'" + a.text + "': the observation window W must be at least 1");
-                   if (kernel == 0 || kernel % 2 == 0)
+                   const auto window = a.number_in<std::size_t>(1, "observation window W", 1, max_tokens);
+                   const auto kernel = a.number_in<std::size_t>(2, "pooling kernel K", 1, max_tokens);
+                   if (kernel % 2 == 0)
                      throw error("'" + a.text + "': the pooling kernel K must be odd (1, 3, 5, ...)");
                    return any_eviction(
                        observation_vote{token_budget::parse(a.args[0], "'" + a.text + "', B"), window, kernel});

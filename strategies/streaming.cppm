@@ -33,7 +33,7 @@ inline void register_into(registry& components) {
                   .examples = {"streaming(4,16)"}},
                  registry::eviction_factory([](const strategy_args& a) {
                    a.expect_arguments(2, "streaming(S,N)");
-                   return any_eviction(sinks_and_window{a.number<std::size_t>(0, "S"),
+                   return any_eviction(sinks_and_window{a.number_in<std::size_t>(0, "S", 0, max_tokens),
                                                         token_budget::parse(a.args[1], "'" + a.text + "', N")});
                  }));
 }

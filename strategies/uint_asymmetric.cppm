@@ -38,7 +38,8 @@ public:
   std::uint32_t encode(float x, group_params params) const {
     if (params.scale == 0.0f) return 0; // constant group: everything decodes to the zero point
     const float q = std::nearbyint((x - params.zero) / params.scale);
-    return static_cast<std::uint32_t>(std::clamp(q, 0.0f, static_cast<float>(max_code_)));
+    // NaN gives code 0, not an undefined float-to-integer conversion
+    return q > 0.0f ? static_cast<std::uint32_t>(std::min(q, static_cast<float>(max_code_))) : 0u;
   }
   float decode(std::uint32_t code, group_params params) const { return params.scale * levels_[code] + params.zero; }
 

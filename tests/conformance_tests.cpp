@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
               std::vector<float> group;
               for (std::size_t t = t0; t < std::min(tokens, t0 + block); ++t)
                 for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(x[t * head_dim + c]);
-              const auto p = kvlab::stored_params(quantizer.fit(group), kvlab::param_precision::f16, q_name);
+              const auto p = kvlab::stored_params(quantizer, group, kvlab::param_precision::f16);
               for (std::size_t t = t0; t < std::min(tokens, t0 + block); ++t) {
                 for (std::size_t c = c0; c < c0 + shape.channels; ++c) {
                   const float xi = x[t * head_dim + c], yi = y[t * head_dim + c];

@@ -1,6 +1,7 @@
 // The fidelity protocol end to end: exact attention, compressed attention, metrics, bytes.
 #include <boost/test/unit_test.hpp>
 
+#include "test_files.hpp"
 #include <cmath>
 #include <cstdint>
 #include <ios>
@@ -213,6 +214,57 @@ BOOST_AUTO_TEST_CASE(utf8_encodes_each_length_at_its_boundaries_and_hex_digits_r
                          : at_upper != std::string_view::npos ? static_cast<int>(at_upper)
                                                               : -1;
     BOOST_TEST_REQUIRE(kvlab::hex_digit_value(digit) == expected, "character " << c);
+  }
+}
+
+// Data too large for float attention or for a recipe's fp16 parts is an error explaining
+// the range, never a result with NaN metrics.
+BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_range) {
+  const auto scaled = [](double factor) {
+    kvlab::kv_data data = kvlab::load_data("synthetic:gaussian(L=1,H=1,Q=2,T=64,D=32,seed=1)");
+    for (auto* t : {&data.keys, &data.values, &data.queries})
+      for (float& x : t->values()) x = static_cast<float>(x * factor);
+    return data;
+  };
+  const auto error_of = [](const std::string& recipe, const kvlab::kv_data& data) {
+    return kvlab_test::message_of<kvlab::error>(
+        [&] { kvlab::evaluate(kvlab::parse_recipe(recipe, components()), data, components(), {.decode_steps = 8}); });
+  };
+  const auto huge = scaled(1e20);
+  for (const std::string recipe : {"k=f32@token,v=f32@token", "k=int8@token,v=int8@token,scale=f32"}) {
+    const std::string message = error_of(recipe, huge);
+    BOOST_TEST(message.find("overflow float") != std::string::npos, recipe << ": " << message);
+  }
+  const auto large = scaled(1e6); // finite attention, beyond fp16
+  const std::string residual = error_of("k=int8@token,v=f32@token,scale=f32,residual=8", large);
+  BOOST_TEST(residual.find("keys of layer 0, KV head 0, appending token 0: value ") != std::string::npos, residual);
+  BOOST_TEST(residual.find("beyond the fp16 range (65504) of the sink and residual tiers") != std::string::npos,
+             residual);
+  // The f16 quantizer saturates at +-65504 (a documented choice): finite, honest errors.
+  const auto saturated = kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f32@token", components()), large,
+                                         components(), {.decode_steps = 8});
+  BOOST_TEST(std::isfinite(saturated.attn_rel_l2.mean));
+  BOOST_TEST(saturated.key_mse.mean > 1e9);
+  const std::string scales = error_of("k=int8@token,v=f32@token", scaled(1e9));
+  BOOST_TEST(scales.find("beyond the fp16 range (65504); use scale=f32") != std::string::npos, scales);
+  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=f32@token,scale=f32", components()), large,
+                                 components(), {.decode_steps = 8});
+  BOOST_TEST(std::isfinite(r.attn_rel_l2.mean));
+  BOOST_TEST(r.attn_rel_l2.mean < 0.05);
+}
+
+// The memory check's cache estimate bounds what the cache holds, and closely.
+BOOST_AUTO_TEST_CASE(cache_estimate_is_a_tight_upper_bound_without_eviction) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=4,T=512,D=64,seed=3)");
+  for (const std::string text : {"k=int8@token,v=int8@token", "k=uint2@channel(32),v=uint2@group(32),residual=128",
+                                 "k=f32@token,v=f16@token,scale=f32,sinks=4", "k=rht(lloyd3)@token,v=nf4@group(32)"}) {
+    BOOST_TEST_CONTEXT(text) {
+      const auto recipe = kvlab::parse_recipe(text, components());
+      const double estimate = kvlab::estimated_cache_bytes(recipe, components(), 4, 512, 64);
+      const auto held = static_cast<double>(kvlab::evaluate(recipe, data, components()).cache_bytes);
+      BOOST_TEST(estimate >= held);
+      BOOST_TEST(estimate <= 1.1 * held);
+    }
   }
 }
 

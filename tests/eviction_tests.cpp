@@ -348,12 +348,12 @@ BOOST_AUTO_TEST_CASE(bad_eviction_recipes_name_the_problem) {
   fails_with("k=f16@token,evict=window", "takes 1 argument");
   fails_with("k=f16@token,evict=h2o(0.1)", "h2o(H,R)");
   fails_with("k=f16@token,evict=snapkv(64,8,4)", "odd");
-  fails_with("k=f16@token,evict=snapkv(64,0,5)", "at least 1");
+  fails_with("k=f16@token,evict=snapkv(64,0,5)", "observation window W: '0' is outside 1..");
   fails_with("k=f16@token,evict=lru(5)", "lru");
   fails_with("k=f16@token,evict=h2o(4,4),alloc=fair", "uniform, pyramid(beta) or adakv(alpha)");
   fails_with("k=f16@token,evict=h2o(4,4),alloc=adakv(2)", "alpha in [0, 1]");
   fails_with("k=f16@token,evict=h2o(4,4),gqa=median", "mean or max");
-  fails_with("k=f16@token,evict=h2o(4,4),compress=every(0)", "N >= 1");
+  fails_with("k=f16@token,evict=h2o(4,4),compress=every(0)", "every(N): '0' is outside 1..");
   fails_with("k=f16@token,evict=h2o(4,4),compress=sometimes", "prefill, step or every(N)");
   fails_with("k=f16@token,evict=h2o(4,4),demote=uint2", "quantizer@granularity");
   fails_with("k=f16@token,evict=h2o(4,4),demote=uint9@token", "uint9");

@@ -261,7 +261,7 @@ BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for
           std::vector<std::uint32_t> codes(head_dim);
           for (std::size_t g = 0; g < layout.groups(); ++g) {
             const auto values = std::span<const float>(x).subspan(g * shape.channels, shape.channels);
-            const auto p = kvlab::stored_params(q.fit(values), precision, q.name());
+            const auto p = kvlab::stored_params(q, values, precision);
             const float params[2] = {p.scale, p.zero};
             for (unsigned i = 0; i < layout.params_per_group; ++i) {
               std::uint8_t* at =

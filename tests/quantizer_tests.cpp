@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 import kvlab;
 
@@ -244,6 +245,47 @@ BOOST_AUTO_TEST_CASE(codec_rejects_non_finite_input_with_its_position) {
   } catch (const kvlab::error& e) {
     BOOST_TEST(std::string(e.what()).find("non-finite value (inf) at token 2, channel 5") != std::string::npos,
                e.what());
+  }
+}
+
+// Values near the float limit: every quantizer either encodes them to finite values or
+// refuses with the group and the value, never NaN/Inf output or a NaN-to-integer cast.
+BOOST_AUTO_TEST_CASE(huge_values_give_finite_output_or_an_error_naming_the_group) {
+  const std::size_t tokens = 4, head_dim = 32;
+  std::vector<float> values = gaussian(tokens * head_dim, 5);
+  for (std::size_t i = 0; i < values.size(); i += 3) values[i] = (i % 2 ? -3e38f : 3e38f);
+  std::size_t refused = 0;
+  for (const auto& name : components().instances(kvlab::component_kind::quantizer))
+    for (const auto precision : {kvlab::param_precision::f16, kvlab::param_precision::f32}) {
+      BOOST_TEST_CONTEXT(name << (precision == kvlab::param_precision::f32 ? " f32" : " f16")) {
+        try {
+          const auto out = kvlab::quantize_dequantize(components().make_quantizer(name), {.tokens = 1, .channels = 32},
+                                                      precision, values, tokens, head_dim);
+          BOOST_TEST(std::ranges::all_of(out.decoded, [](float x) { return std::isfinite(x); }));
+          BOOST_TEST(std::isfinite(out.stats.max_abs_error));
+        } catch (const kvlab::error& e) {
+          ++refused;
+          BOOST_TEST(std::string(e.what()).find("codec") != std::string::npos, e.what());
+        }
+      }
+    }
+  BOOST_TEST(refused > 0); // at least fp16 scales cannot hold these
+  // Every value at +-3e38, the cases that wrote NaN or crashed: each is refused, naming the group.
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = i % 2 ? -3e38f : 3e38f;
+  for (const auto& [name, precision] : {std::pair{"rht(int8)", kvlab::param_precision::f32},
+                                        {"lloyd2", kvlab::param_precision::f32},
+                                        {"uint1", kvlab::param_precision::f32},
+                                        {"rht(lloyd3)", kvlab::param_precision::f32}}) {
+    BOOST_TEST_CONTEXT(name) {
+      try {
+        kvlab::quantize_dequantize(components().make_quantizer(name), {.tokens = 1, .channels = 32}, precision, values,
+                                   tokens, head_dim);
+        BOOST_FAIL("huge values were accepted");
+      } catch (const kvlab::error& e) {
+        BOOST_TEST(std::string(e.what()).find("codec group 0 (tokens 0..0, channels 0..31)") != std::string::npos,
+                   e.what());
+      }
+    }
   }
 }
 

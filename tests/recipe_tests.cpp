@@ -86,9 +86,66 @@ BOOST_AUTO_TEST_CASE(malformed_parts_are_rejected_with_their_position) {
   BOOST_TEST(contains(parse_error("k=int8@token,scale=f8"), "scale must be f16 or f32"));
   BOOST_TEST(contains(parse_error("k=int8@group(32"), "missing ')'"));
   BOOST_TEST(contains(parse_error("k=int8@group(32,16)"), "takes 1 argument"));
-  BOOST_TEST(contains(parse_error("k=int8@group(0)"), "group size must be positive"));
+  BOOST_TEST(contains(parse_error("k=int8@group(0)"), "group size G (channels): '0' is outside 1..65536"));
   BOOST_TEST(contains(parse_error("k=int8@token,v="), "empty value for 'v'"));
   BOOST_TEST(contains(parse_error("k=in-t8@token"), "is not a valid name"));
+}
+
+BOOST_AUTO_TEST_CASE(numbers_outside_their_range_are_rejected_with_the_range) {
+  // counts near 2^64 would wrap sums of tiers; budgets past an integer would convert with UB
+  BOOST_TEST(contains(parse_error("k=int8@token,residual=18446744073709551600"),
+                      "'18446744073709551600' is outside 0..1073741824"));
+  BOOST_TEST(contains(parse_error("k=int8@token,sinks=99999999999999999999999"), "is out of range (the largest is"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=window(inf)"), "'inf' is not a finite number"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=window(nan)"), "'nan' is not a finite number"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=window(1e30)"), "whole number of tokens in 1..1073741824"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=h2o(inf,inf)"), "is not a finite number"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=streaming(4,3333333333333333333364)"), "1..1073741824"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=streaming(99999999999,8)"), "outside 0..1073741824"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=snapkv(8,0,3)"), "observation window W: '0' is outside"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=window(8),compress=every(0)"), "'0' is outside 1..1073741824"));
+  BOOST_TEST(contains(parse_error("k=int8@token,evict=window(8),alloc=pyramid(inf)"), "is not a finite number"));
+  BOOST_TEST(contains(parse_error("k=int8@channel(70000)"), "'70000' is outside 1..65536"));
+  BOOST_TEST(contains(parse_error("k=int8@token,residual=-1"), "is not a valid number"));
+  // the largest accepted values still parse
+  BOOST_TEST(parse_error("k=int8@token,residual=1073741824,evict=window(1073741824)").empty());
+}
+
+BOOST_AUTO_TEST_CASE(deep_nesting_is_an_error_not_a_stack_overflow) {
+  std::string deep;
+  for (int i = 0; i < 12000; ++i) deep += "rht(";
+  deep += "int4";
+  for (int i = 0; i < 12000; ++i) deep += ")";
+  BOOST_TEST(contains(parse_error("k=" + deep + "@token"), "parentheses nest deeper than 16 levels"));
+  BOOST_TEST(parse_error("k=rht(rht(int4))@token").empty());
+}
+
+BOOST_AUTO_TEST_CASE(every_spelling_of_a_component_gets_one_canonical_name) {
+  const auto name = [](const std::string& text) {
+    return kvlab::canonical_name(kvlab::parse_recipe(text, components()));
+  };
+  BOOST_TEST(name("k=int08@token,v=uint002@group(032)") == "k=int8@token,v=uint2@group(32)");
+  BOOST_TEST(name("k=rht(lloyd03)@token,evict=window(1e2)") == "k=rht(lloyd3)@token,v=f16@token,evict=window(100)");
+  BOOST_TEST(name("k=int8@channel( 32 ),evict=h2o(0.50,8.0)") == "k=int8@channel(32),v=f16@token,evict=h2o(0.5,8)");
+  BOOST_TEST(name("k=int4@token,store=paged(016)") == "k=int4@token,v=f16@token,store=paged(16)");
+}
+
+BOOST_AUTO_TEST_CASE(every_registered_name_round_trips_through_the_name_it_gives_itself) {
+  const auto& r = components();
+  const auto check = [](const std::string& instance, auto&& make) {
+    BOOST_TEST_CONTEXT(instance) {
+      const std::string first = make(instance).name();
+      BOOST_TEST(make(first).name() == first);
+    }
+  };
+  for (const auto& n : r.instances(kvlab::component_kind::quantizer))
+    check(n, [&](const std::string& t) { return r.make_quantizer(t); });
+  for (const auto& n : r.instances(kvlab::component_kind::granularity))
+    check(n, [&](const std::string& t) { return r.make_granularity(t); });
+  for (const auto& n : r.instances(kvlab::component_kind::eviction))
+    check(n, [&](const std::string& t) { return r.make_eviction(t); });
+  for (const auto& n : r.instances(kvlab::component_kind::storage))
+    check(n, [&](const std::string& t) { return r.make_storage(t); });
 }
 
 BOOST_AUTO_TEST_CASE(registry_rejects_a_name_registered_twice) {

@@ -89,6 +89,17 @@ private:
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The message of the `Error` that `action` throws ("" when it throws none).
+template <class Error, class Action>
+std::string message_of(Action&& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline bool same_bits(std::span<const float> a, std::span<const float> b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i)

@@ -52,7 +52,7 @@ public:
                 .bits = quantizer_.bits(),
                 .params_per_group = quantizer_.params_per_group(),
                 .param_bytes = precision == param_precision::f32 ? std::size_t{4} : std::size_t{2}},
-        precision_(precision), name_(quantizer_.name()), rule_(quantizer_.encoding()) {
+        precision_(precision), rule_(quantizer_.encoding()) {
     if (shape.tokens == 0)
       throw error("per-tensor groups have no streaming form in the cache (their parameters would depend on tokens "
                   "that have not arrived); use them with kvlab codec");
@@ -158,7 +158,7 @@ public:
     const bool by_kernel = quantizer_.format() == element_format::codebook && rule_.kind != encoding_kind::per_element;
     for (std::size_t g = 0; g < layout_.groups(); ++g) {
       const auto values = rows.subspan(g * group_channels, group_channels);
-      const group_params p = stored_params(quantizer_.fit(values), precision_, name_);
+      const group_params p = stored_params(quantizer_, values, precision_);
       write_params(record, g, p);
       const std::size_t first = g * group_channels;
       if (!by_kernel) {
@@ -459,7 +459,7 @@ private:
     for (std::size_t c = 0; c < head_dim; ++c) {
       for (std::size_t j = 0; j < tokens; ++j) scratch_[j] = rows[j * head_dim + c];
       const auto column = std::span<const float>(scratch_).first(tokens);
-      const group_params p = stored_params(quantizer_.fit(column), precision_, name_);
+      const group_params p = stored_params(quantizer_, column, precision_);
       write_params(record, c, p);
       quantizer_.encode(column, p, column_codes);
       for (std::size_t j = 0; j < tokens; ++j) codes_[j * head_dim + c] = column_codes[j];
@@ -506,7 +506,6 @@ private:
   any_quantizer quantizer_;
   record_layout layout_;
   param_precision precision_;
-  std::string name_;   // the quantizer's, for error messages
   encoding_rule rule_; // the quantizer's, asked once
   kernels::record_format format_;
   std::unique_ptr<record_store> store_;        // one record per token

@@ -27,6 +27,29 @@ import kvlab.simd;
 
 export namespace kvlab {
 
+// An upper bound on what a cache of `r` holds for `tokens` tokens in each of `streams`
+// (layer, KV head) pairs, without eviction: codes and group parameters of the key, value
+// and demoted tiers, and the fp16 sink and residual tiers.
+inline double estimated_cache_bytes(const recipe& r, const registry& components, std::size_t streams,
+                                    std::size_t tokens, std::size_t head_dim) {
+  const double param_bytes = r.scale == param_precision::f32 ? 4.0 : 2.0;
+  const auto tier_bytes = [&](const stream_recipe& s) {
+    const any_quantizer quantizer = components.make_quantizer(s.quantizer);
+    const group_shape group = components.make_granularity(s.granularity).group_shape(head_dim);
+    const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
+    const double per_element = quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements;
+    // The fp16 tiers hold sinks + residual tokens, plus up to a block that is not complete yet.
+    const auto row_bytes = [&](std::size_t fp16_tokens) {
+      fp16_tokens = std::min(tokens, fp16_tokens);
+      return per_element * static_cast<double>(tokens - fp16_tokens) + 2.0 * static_cast<double>(fp16_tokens);
+    };
+    const std::size_t fp16_least = r.sinks + r.residual;
+    return static_cast<double>(streams * head_dim) *
+           std::max(row_bytes(fp16_least), row_bytes(fp16_least + std::max<std::size_t>(group.tokens, 1) - 1));
+  };
+  return tier_bytes(r.keys) + tier_bytes(r.values) + (r.demote ? 2.0 * tier_bytes(*r.demote) : 0.0);
+}
+
 // All streams of a model's cache, built from a recipe: one key and one value stream per
 // (layer, KV head).
 class kv_cache {
@@ -66,8 +89,17 @@ public:
   const kv_stream& values(std::size_t layer, std::size_t kv_head) const { return values_.at(index(layer, kv_head)); }
 
   void append(std::size_t layer, std::size_t kv_head, std::span<const float> key, std::span<const float> value) {
-    keys(layer, kv_head).append(key, active_kernels());
-    values(layer, kv_head).append(value, active_kernels());
+    const auto append_to = [&](kv_stream& stream, std::span<const float> row, const char* tensor) {
+      const std::size_t token = stream.tokens_seen();
+      try {
+        stream.append(row, active_kernels());
+      } catch (const error& e) {
+        throw error(std::string(tensor) + " of layer " + std::to_string(layer) + ", KV head " +
+                    std::to_string(kv_head) + ", appending token " + std::to_string(token) + ": " + e.what());
+      }
+    };
+    append_to(keys(layer, kv_head), key, "keys");
+    append_to(values(layer, kv_head), value, "values");
     if (!policy_) return;
     const std::size_t i = index(layer, kv_head);
     accumulated_[i].push_back(0.0);

@@ -260,10 +260,17 @@ private:
     rows.resize(kept * head_dim_);
     rows.shrink_to_fit();
   }
+  // fp16 holds magnitudes up to 65504; a larger value would be stored as infinity.
   static void push_half(half_rows& rows, std::span<const float> token, const kernel_table& kernels) {
     const std::size_t end = rows.values.size();
     rows.values.resize(end + token.size());
     kernels.floats_to_f16(token.data(), token.size(), rows.values.data() + end);
+    for (std::size_t c = 0; c < token.size(); ++c)
+      if ((rows.values[end + c] & 0x7c00u) == 0x7c00u) {
+        rows.values.resize(end);
+        throw error("value " + format_number(token[c]) + " at channel " + std::to_string(c) +
+                    " is beyond the fp16 range (65504) of the sink and residual tiers; scale the data down");
+      }
   }
   void read_half(const half_rows& rows, std::size_t token, std::span<float> out) const {
     for (std::size_t c = 0; c < head_dim_; ++c) out[c] = half_bits_to_float(rows[token * head_dim_ + c]);

@@ -64,7 +64,17 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
         group.clear();
         for (std::size_t t = t0; t < t1; ++t)
           for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * head_dim + c]);
-        const group_params p = stored_params(quantizer.fit(group), precision, quantizer.name());
+        const group_params p = [&] {
+          try {
+            return stored_params(quantizer, group, precision);
+          } catch (const kvlab::error& e) {
+            throw kvlab::error("codec group " + std::to_string(groups) + " (" +
+                               (streams > 1 ? "head " + std::to_string(s0 / tokens) + ", " : std::string()) +
+                               "tokens " + std::to_string(t0 - s0) + ".." + std::to_string(t1 - s0 - 1) +
+                               ", channels " + std::to_string(c0) + ".." + std::to_string(c0 + shape.channels - 1) +
+                               "): " + e.what());
+          }
+        }();
         codes.resize(group.size());
         quantizer.encode(group, p, codes);
         std::size_t i = 0;
@@ -77,6 +87,11 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
   }
   if (quantizer.rotates())
     for (std::size_t r = 0; r < rows; ++r) quantizer.unrotate(std::span(decoded).subspan(r * head_dim, head_dim));
+  for (std::size_t i = 0; i < decoded.size(); ++i)
+    if (!std::isfinite(decoded[i]))
+      throw error("codec: " + quantizer.name() + " decodes token " + std::to_string(i / head_dim % tokens) +
+                  ", channel " + std::to_string(i % head_dim) + " to " + format_number(decoded[i]) +
+                  "; the data is too large for it, scale it down");
 
   codec_output out{std::move(decoded), {}};
   double error = 0.0, signal = 0.0, worst = 0.0;

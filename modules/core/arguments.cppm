@@ -40,7 +40,8 @@ public:
   std::size_t whole_number(const std::string& key, std::size_t min = 1) const {
     const double number = value(key);
     if (!(number == std::floor(number) && number >= static_cast<double>(min) && number <= 1e9))
-      fail("parameter " + key + " = " + format_number(number) + " must be a whole number >= " + std::to_string(min));
+      fail("parameter " + key + " = " + format_number(number) + " must be a whole number in " + std::to_string(min) +
+           "..1000000000");
     return static_cast<std::size_t>(number);
   }
   // A real number in [min, max]; `meaning` says what the knob does, for the error.

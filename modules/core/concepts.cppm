@@ -1,6 +1,7 @@
 // The four component concepts. A type opts in with a tag (`using component_concept =
 // kvlab::quantizer_tag;`): matching the shape alone never makes a type a component.
 module;
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -44,15 +45,36 @@ struct group_params {
   bool operator==(const group_params&) const = default;
 };
 
-// Parameters exactly as storage holds them (rounded to fp16 unless f32 is asked for):
-// codes are chosen against what decoding will see. A value fp16 cannot hold is an error.
-inline group_params stored_params(group_params fitted, param_precision precision, const std::string& quantizer) {
-  if (precision == param_precision::f32) return fitted;
-  const group_params rounded{round_to_half(fitted.scale), round_to_half(fitted.zero)};
-  if (!std::isfinite(rounded.scale) || !std::isfinite(rounded.zero))
-    throw error(quantizer + ": group scale " + std::to_string(fitted.scale) + " or zero " +
-                std::to_string(fitted.zero) + " exceeds the fp16 range; use scale=f32 in the recipe");
-  return rounded;
+// The fitted parameters of one group exactly as storage holds them (rounded to fp16 unless
+// f32 is asked for): codes are chosen against what decoding will see. A group value, a
+// parameter, or the decoded value of the group's extremes that is not finite in that
+// precision is an error naming the value; the caller adds which tensor and group.
+template <class Q>
+group_params stored_params(const Q& quantizer, std::span<const float> group, param_precision precision) {
+  float lowest = group.empty() ? 0.0f : group[0], highest = lowest;
+  for (const float x : group) {
+    if (!std::isfinite(x))
+      throw error(quantizer.name() + ": value " + format_number(x) +
+                  " is not finite (the quantizer's rotation overflows float for values this large)");
+    lowest = std::min(lowest, x);
+    highest = std::max(highest, x);
+  }
+  const group_params fitted = quantizer.fit(group);
+  const group_params p = precision == param_precision::f32
+                             ? fitted
+                             : group_params{round_to_half(fitted.scale), round_to_half(fitted.zero)};
+  const bool finite = std::isfinite(p.scale) && std::isfinite(p.zero) &&
+                      std::isfinite(quantizer.decode(quantizer.encode(lowest, p), p)) &&
+                      std::isfinite(quantizer.decode(quantizer.encode(highest, p), p));
+  if (finite) return p;
+  const std::string range = "values in [" + format_number(lowest) + ", " + format_number(highest) + "]";
+  if (quantizer.params_per_group() == 0)
+    throw error(quantizer.name() + ": " + range + " are beyond the format's range; scale the data down");
+  throw error(quantizer.name() + ": " + range + " give scale " + format_number(fitted.scale) + " and zero " +
+              format_number(fitted.zero) +
+              (precision == param_precision::f16
+                   ? ", beyond the fp16 range (65504); use scale=f32 in the recipe or scale the data down"
+                   : ", whose codes do not decode to finite floats; scale the data down"));
 }
 
 // Quantizer: an element codec plus the rule that fits its parameters to one group.

@@ -16,3 +16,4 @@ export import :erased;
 export import :registry;
 export import :recipe;
 export import :arguments;
+export import :resources;

@@ -23,8 +23,9 @@ public:
   // `text` is one argument of a policy, `what` names it for errors.
   static token_budget parse(const std::string& text, const std::string& what) {
     const double amount = parse_number<double>(text, what);
-    if (!(amount > 0.0) || (amount >= 1.0 && amount != std::floor(amount)))
-      throw error(what + ": a budget is a whole number of tokens (>= 1) or a ratio in (0, 1), got '" + text + "'");
+    if (!(amount > 0.0) || (amount >= 1.0 && amount != std::floor(amount)) || amount > static_cast<double>(max_tokens))
+      throw error(what + ": a budget is a whole number of tokens in 1.." + std::to_string(max_tokens) +
+                  " or a ratio in (0, 1), got '" + text + "'");
     token_budget b;
     b.amount_ = amount;
     return b;
@@ -60,8 +61,7 @@ struct compress_schedule {
     if (text == "prefill") return {kind::prefill, 0};
     if (text == "step") return {kind::step, 1};
     if (text.starts_with("every(") && text.ends_with(")")) {
-      const auto n = parse_number<std::size_t>(text.substr(6, text.size() - 7), what + ", every(N)");
-      if (n == 0) throw error(what + ": every(N) needs N >= 1");
+      const auto n = parse_number_in<std::size_t>(text.substr(6, text.size() - 7), what + ", every(N)", 1, max_tokens);
       return {kind::every, n};
     }
     throw error(what + ": expected prefill, step or every(N), got '" + text + "'");

@@ -1,7 +1,7 @@
 // Buffers for cache records, aligned to 64-byte lines. A vector of bytes from malloc starts
 // 16 bytes into a line (large blocks are mmapped pages behind a 16-byte header), so every
 // vector load of a record run straddled two lines: KIVI-2's keys from DRAM took 1.95-1.99
-// ns per token with their rows and parameters 16 bytes off, 1.83 aligned (session 17).
+// ns per token with their rows and parameters 16 bytes off, 1.83 aligned.
 module;
 #include <cstddef>
 #include <cstdint>

@@ -59,24 +59,24 @@ inline std::string canonical_name(const recipe& r) {
 }
 
 // Checks every name against the registry (constructing each component once) and writes
-// the components in normalized spelling. Throws kvlab::error naming the bad part.
+// each component as the name it gives itself, so every spelling of one component (`int08`,
+// `window(1e2)`) keys the same folder and table row. Throws kvlab::error naming the bad part.
 inline recipe normalized(recipe r, const registry& components) {
   const auto check = [](std::string& text, std::string_view part, auto&& make) {
     try {
-      text = parse_term(text, part).text();
-      make(text);
+      text = make(text).name();
     } catch (const error& e) {
       throw error("recipe part '" + std::string(part) + "': " + e.what());
     }
   };
-  const auto quantizer = [&](const std::string& t) { components.make_quantizer(t); };
-  const auto granularity = [&](const std::string& t) { components.make_granularity(t); };
+  const auto quantizer = [&](const std::string& t) { return components.make_quantizer(t); };
+  const auto granularity = [&](const std::string& t) { return components.make_granularity(t); };
   check(r.keys.quantizer, "k=" + r.keys.quantizer + "@" + r.keys.granularity, quantizer);
   check(r.keys.granularity, "k=" + r.keys.quantizer + "@" + r.keys.granularity, granularity);
   check(r.values.quantizer, "v=" + r.values.quantizer + "@" + r.values.granularity, quantizer);
   check(r.values.granularity, "v=" + r.values.quantizer + "@" + r.values.granularity, granularity);
-  check(r.eviction, "evict=" + r.eviction, [&](const std::string& t) { components.make_eviction(t); });
-  check(r.storage, "store=" + r.storage, [&](const std::string& t) { components.make_storage(t); });
+  check(r.eviction, "evict=" + r.eviction, [&](const std::string& t) { return components.make_eviction(t); });
+  check(r.storage, "store=" + r.storage, [&](const std::string& t) { return components.make_storage(t); });
   // Parts with a fixed vocabulary, rewritten in their normalized spelling.
   const auto fixed = [](std::string& text, std::string_view part, auto&& parse) {
     text = parse(text, "recipe part '" + std::string(part) + "'");
@@ -128,9 +128,9 @@ inline recipe parse_recipe(std::string_view text, const registry& components) {
       if (value != "f16" && value != "f32") throw error(where + ": scale must be f16 or f32");
       r.scale = value == "f32" ? param_precision::f32 : param_precision::f16;
     } else if (key == "sinks") {
-      r.sinks = parse_number<std::size_t>(value, where);
+      r.sinks = parse_number_in<std::size_t>(value, where, 0, max_tokens);
     } else if (key == "residual") {
-      r.residual = parse_number<std::size_t>(value, where);
+      r.residual = parse_number_in<std::size_t>(value, where, 0, max_tokens);
     } else if (key == "evict") {
       r.eviction = value;
     } else if (key == "alloc") {

@@ -45,13 +45,18 @@ struct term {
   }
 };
 
+// The deepest nesting of parentheses a term may have. Adaptors wrap components by
+// recursion (`rht(rht(...))`), so an unbounded depth would exhaust the stack.
+inline constexpr int max_term_nesting = 16;
+
 // Splits `text` at commas that are not inside parentheses.
 inline std::vector<std::string> split_top_level(std::string_view text, std::string_view what) {
   std::vector<std::string> parts;
   int depth = 0;
   std::string current;
   for (const char c : text) {
-    if (c == '(') ++depth;
+    if (c == '(' && ++depth > max_term_nesting)
+      throw error(std::string(what) + ": parentheses nest deeper than " + std::to_string(max_term_nesting) + " levels");
     if (c == ')' && --depth < 0) throw error(std::string(what) + ": unbalanced ')' in '" + std::string(text) + "'");
     if (c == ',' && depth == 0) {
       parts.push_back(current);
@@ -105,6 +110,10 @@ struct strategy_args {
   template <class T>
   T number(std::size_t index, std::string_view meaning) const {
     return parse_number<T>(args.at(index), "'" + text + "', " + std::string(meaning));
+  }
+  template <class T>
+  T number_in(std::size_t index, std::string_view meaning, T lo, T hi) const {
+    return parse_number_in<T>(args.at(index), "'" + text + "', " + std::string(meaning), lo, hi);
   }
 };
 

@@ -9,6 +9,7 @@ module;
 #include <vector>
 export module kvlab.core:tensor;
 import :errors;
+import :resources;
 
 export namespace kvlab {
 
@@ -22,8 +23,9 @@ struct kv_shape {
   bool operator==(const kv_shape&) const = default;
 };
 
-// Synthetic workloads stop at 16 GiB of float32: more would not fit this kind of machine.
-inline constexpr std::size_t max_synthetic_elements = std::size_t{4} << 30;
+// Synthetic workloads stop at 2^40 float32 values (4 TiB), so sizes never overflow; below
+// that, what this process may use decides (checked_workload_elements).
+inline constexpr std::size_t max_synthetic_elements = std::size_t{1} << 40;
 
 // The product of `factors`, or an error naming `what` when it would overflow or exceed
 // `limit` (checked before anything is allocated).
@@ -37,6 +39,15 @@ inline std::size_t checked_product(std::initializer_list<std::size_t> factors, s
     product *= f;
   }
   return product;
+}
+
+// The float32 values of a synthetic workload (the product of `factors`), refused before
+// anything is allocated when past the synthetic limit or the memory this process may use.
+inline std::size_t checked_workload_elements(std::initializer_list<std::size_t> factors, const std::string& what) {
+  const std::size_t elements = checked_product(factors, max_synthetic_elements, what);
+  require_memory(4.0 * static_cast<double>(elements), what + " (" + std::to_string(elements) + " float32 values)",
+                 "ask for fewer layers, heads or tokens");
+  return elements;
 }
 
 inline std::string to_string(const kv_shape& shape) {

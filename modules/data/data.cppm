@@ -40,8 +40,8 @@ inline kv_data gaussian(const term& t, std::string_view spec) {
     args.fail("Q = " + std::to_string(q_heads) + " query heads is not a multiple of H = " + std::to_string(kv_heads) +
               " KV heads (grouped-query attention)");
   // Refuse workloads that would not fit this machine's memory, before allocating them.
-  checked_product({2 * kv_heads + q_heads, layers, tokens, head_dim}, max_synthetic_elements,
-                  "data spec '" + std::string(spec) + "'");
+  checked_workload_elements({2 * kv_heads + q_heads, layers, tokens, head_dim},
+                            "data spec '" + std::string(spec) + "'");
   kv_data data{kv_tensor({layers, kv_heads, tokens, head_dim}), kv_tensor({layers, kv_heads, tokens, head_dim}),
                kv_tensor({layers, q_heads, tokens, head_dim}), std::string(spec)};
   fill_gaussian(data.keys, seed, 1);

@@ -482,6 +482,8 @@ inline npy_array read_npy(const std::filesystem::path& file) {
                               std::to_string(found_bytes) +
                               (found_bytes < expected_bytes ? " (the file is truncated)" : " (trailing bytes)"));
 
+  require_memory(4.0 * static_cast<double>(*count),
+                 "'" + file.string() + "' (" + std::to_string(*count) + " float32 values)", "use a smaller array");
   npy_array array{header.shape, std::vector<float>(*count)};
   // Read in chunks so float16/float64 files need no second full-size buffer.
   constexpr std::size_t chunk_bytes = std::size_t{1} << 20;

@@ -105,8 +105,8 @@ inline parameters read_parameters(const term& generator, std::string_view spec) 
   if (p.head_dim % 2 != 0)
     args.fail("parameter D = " + std::to_string(p.head_dim) + " must be even: RoPE rotates channel pairs (i, i+D/2)");
   // Refuse workloads that would not fit this machine's memory, before allocating them.
-  checked_product({2 * p.kv_heads + p.q_heads, p.layers, p.tokens, p.head_dim}, max_synthetic_elements,
-                  "data spec '" + std::string(spec) + "'");
+  checked_workload_elements({2 * p.kv_heads + p.q_heads, p.layers, p.tokens, p.head_dim},
+                            "data spec '" + std::string(spec) + "'");
 
   p.outlier_channels = args.whole_number("outlier_channels", 0);
   if (p.outlier_channels > p.head_dim)

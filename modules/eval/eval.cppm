@@ -9,11 +9,14 @@
 // (floored, see kl_divergence) and topk_recall.
 module;
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <iterator>
+#include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 export module kvlab.eval;
@@ -209,6 +212,49 @@ inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, s
   cache.token_done();
 }
 
+// Every per-(layer, head, step) metric of a result with its name.
+inline std::array<std::pair<const char*, const summary*>, 10> named_summaries(const eval_result& r) {
+  return {{{"attn_rel_l2", &r.attn_rel_l2},
+           {"attn_cosine", &r.attn_cosine},
+           {"score_kl", &r.score_kl},
+           {"topk_recall", &r.topk_recall},
+           {"ip_bias", &r.ip_bias},
+           {"ip_rmse", &r.ip_rmse},
+           {"key_mse", &r.key_mse},
+           {"key_snr_db", &r.key_snr_db},
+           {"value_mse", &r.value_mse},
+           {"value_snr_db", &r.value_snr_db}}};
+}
+
+// Attention logits are computed in float: |q . k| <= max|q| max|k| head_dim must stay
+// below the float range, or scores overflow and every metric would be NaN.
+inline void require_attention_in_float_range(const kv_data& data) {
+  const auto largest = [](const kv_tensor& t) {
+    double m = 0.0;
+    for (const float x : t.values()) m = std::max(m, double{std::fabs(x)});
+    return m;
+  };
+  const double q = largest(data.queries), k = largest(data.keys);
+  const double bound = q * k * static_cast<double>(data.head_dim());
+  if (bound > static_cast<double>(std::numeric_limits<float>::max()) / 2)
+    throw error("queries reach |q| = " + format_number(q) + " and keys |k| = " + format_number(k) +
+                ": attention logits up to |q| |k| head_dim = " + format_number(bound) +
+                " overflow float (3.4e38); scale the data down");
+}
+
+// Every metric of a result is a finite number; the SNRs may also be +inf (exact
+// reconstruction) or -inf (an all-zero signal). A NaN or infinity anywhere else means the
+// cache overflowed, and is an error rather than a `null` in a table.
+inline void require_finite_metrics(const eval_result& r) {
+  for (const auto& [name, s] : named_summaries(r)) {
+    const bool snr = std::string_view(name).ends_with("_snr_db");
+    for (const double v : {s->mean, s->min, s->max, s->p50, s->p99})
+      if (snr ? std::isnan(v) : !std::isfinite(v))
+        throw error("recipe " + r.recipe + " on " + r.data + ": metric " + name + " is " + format_number(v) +
+                    "; the compressed cache overflowed float for this data");
+  }
+}
+
 // `exact`, when given, must come from compute_exact_attention(data, options.decode_steps):
 // results are the same bit for bit, only faster.
 inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
@@ -217,6 +263,7 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   require_finite(data.keys, "keys");
   require_finite(data.values, "values");
   require_finite(data.queries, "queries");
+  require_attention_in_float_range(data);
   if (options.decode_steps == 0) throw error("decode steps must be at least 1");
   const std::size_t tokens = data.tokens(), head_dim = data.head_dim();
   if (options.decode_steps >= tokens)
@@ -228,7 +275,9 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
     throw error("evaluate: the shared exact attention was computed for other data or decode steps");
   const kernel_table& kernels = active_kernels();
 
-  kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim);
+  kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim); // checks the recipe fits; holds nothing yet
+  require_memory(estimated_cache_bytes(r, components, data.layers() * data.kv_heads(), tokens, head_dim),
+                 "the cache of " + canonical_name(r) + " over " + data.source, "use fewer tokens, layers or heads");
   step_scratch scratch;
   for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, scratch, kernels);
   cache.prefill_done();
@@ -310,18 +359,14 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
   // fp16 keys and values: 2 bytes x 2 tensors x head_dim per (layer, KV head).
   result.compression_vs_fp16 =
       static_cast<double>(4 * head_dim * data.layers() * data.kv_heads()) / result.bytes_per_token;
+  require_finite_metrics(result);
   return result;
 }
 
 // Every per-(layer, head, step) metric with its mean, p50, p99, min and max.
 inline std::string summaries_json(const eval_result& r) {
   json_object all;
-  const std::pair<const char*, const summary*> metrics[] = {
-      {"attn_rel_l2", &r.attn_rel_l2},  {"attn_cosine", &r.attn_cosine}, {"score_kl", &r.score_kl},
-      {"topk_recall", &r.topk_recall},  {"ip_bias", &r.ip_bias},         {"ip_rmse", &r.ip_rmse},
-      {"key_mse", &r.key_mse},          {"key_snr_db", &r.key_snr_db},   {"value_mse", &r.value_mse},
-      {"value_snr_db", &r.value_snr_db}};
-  for (const auto& [name, s] : metrics)
+  for (const auto& [name, s] : named_summaries(r))
     all.raw(name, json_object()
                       .add("mean", s->mean)
                       .add("p50", s->p50)

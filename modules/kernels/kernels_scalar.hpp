@@ -44,7 +44,8 @@ inline void put_code(std::uint8_t* packed, std::size_t index, unsigned bits, uns
 inline unsigned uniform_code(float x, float scale, float zero, int offset, unsigned max_code) noexcept {
   if (scale == 0.0f) return static_cast<unsigned>(offset);
   const float q = std::nearbyint((x - zero) / scale) + static_cast<float>(offset);
-  return static_cast<unsigned>(std::clamp(q, 0.0f, static_cast<float>(max_code)));
+  // written so that NaN gives code 0, not an undefined float-to-integer conversion
+  return q > 0.0f ? static_cast<unsigned>(std::min(q, static_cast<float>(max_code))) : 0u;
 }
 
 inline unsigned nearest_code(float x, float scale, float zero, const float* thresholds, unsigned count) noexcept {
@@ -67,7 +68,7 @@ inline void encode_nearest(const float* x, std::size_t n, float scale, float zer
 }
 
 // Rounds a group's fitted scale and zero as storage holds them and writes the first
-// params_per_group of them; false when one overflows fp16.
+// params_per_group of them; false when one is not finite (or overflows fp16).
 template <auto to_half, auto from_half>
 bool put_group_params(const record_format& f, std::uint8_t* record, std::size_t group, float& scale,
                       float& zero) noexcept {
@@ -75,6 +76,7 @@ bool put_group_params(const record_format& f, std::uint8_t* record, std::size_t 
   std::uint8_t* at = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
   for (unsigned i = 0; i < 2; ++i) {
     if (f.params_f32) {
+      if (!std::isfinite(values[i])) return false;
       if (i < f.params_per_group) std::memcpy(at + 4 * i, &values[i], 4);
       continue;
     }

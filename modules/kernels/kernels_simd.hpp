@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <immintrin.h>
 #include <limits>
@@ -420,6 +421,8 @@ struct kernels {
     if (f.params_f32) {
       _mm_store_ps(scales, scale);
       _mm_store_ps(zeros, zero);
+      for (std::size_t k = 0; k < count; ++k)
+        if (!std::isfinite(scales[k]) || !std::isfinite(zeros[k])) return false;
       write_params(params, count, f.params_per_group, scales, zeros);
     } else {
       const auto to_half = [](__m128 v) { return _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); };

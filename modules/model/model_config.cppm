@@ -71,6 +71,17 @@ inline std::optional<std::size_t> checked_product(std::size_t a, std::size_t b) 
 
 } // namespace detail
 
+// Number of float parameters a checked configuration holds (for size checks against files);
+// in double, an estimate that cannot overflow for any declared sizes.
+template <class Number = std::size_t>
+Number parameter_count(const model_config& c) {
+  const auto n = [](std::size_t size) { return static_cast<Number>(size); };
+  const Number q = n(c.heads) * n(c.head_dim), kv = n(c.kv_heads) * n(c.head_dim), hidden = n(c.hidden);
+  Number per_layer = 2 * hidden + q * hidden + 2 * kv * hidden + hidden * q + 3 * n(c.ffn) * hidden;
+  if (c.qkv_bias) per_layer += q + 2 * kv;
+  return n(c.vocab) * hidden * (c.tied_output ? 1 : 2) + n(c.layers) * per_layer + hidden;
+}
+
 // Checks a configuration a file declared before anything is allocated for it: every size
 // positive, heads a multiple of kv_heads, head_dim even (RoPE rotates pairs), and the
 // parameter count representable. `where` names the file for messages.
@@ -95,14 +106,7 @@ inline void check_model_config(const model_config& c, const std::string& where) 
   const auto q = detail::checked_product(c.heads, c.head_dim);
   if (!embedding || !q || *embedding > limit || *q > limit)
     throw fail("the declared sizes give more than 2^40 parameters per matrix (a corrupt header?)");
-}
-
-// Number of float parameters a checked configuration holds (for size checks against files).
-inline std::size_t parameter_count(const model_config& c) {
-  const std::size_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-  std::size_t per_layer = 2 * c.hidden + q * c.hidden + 2 * kv * c.hidden + c.hidden * q + 3 * c.ffn * c.hidden;
-  if (c.qkv_bias) per_layer += q + 2 * kv;
-  return c.vocab * c.hidden * (c.tied_output ? 1 : 2) + c.layers * per_layer + c.hidden;
+  require_memory(4.0 * parameter_count<double>(c), where + ": the weights in float32", "use a smaller model");
 }
 
 // Checks that every weight has the size the configuration gives it (a loader's last step).
