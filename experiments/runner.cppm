@@ -254,9 +254,10 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
         // Complete the cell in a temporary folder, then rename it into place.
         const auto staging = options.out / (".staging-" + run_id + "-" + std::to_string(i));
         std::filesystem::create_directories(staging);
-        write_file(staging / "metrics.json", to_json(result) + "\n");
-        write_file(staging / "provenance.json", provenance_json(cell, dataset->digest, result) + "\n");
-        write_file(staging / "recipe.txt", canonical_name(cell.value) + "\n");
+        write_file_durably(staging / "metrics.json", to_json(result) + "\n");
+        write_file_durably(staging / "provenance.json", provenance_json(cell, dataset->digest, result) + "\n");
+        write_file_durably(staging / "recipe.txt", canonical_name(cell.value) + "\n");
+        sync_to_disk(staging);
         std::error_code ec;
         std::filesystem::rename(staging, options.out / cell.folder, ec);
         if (ec) {
