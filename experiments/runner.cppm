@@ -1,9 +1,9 @@
-// kvlab.runner: runs a sweep cell by cell into a results folder. One folder per cell, named
-// from the canonical recipe, the data spec and the seed, holding metrics.json,
-// provenance.json and recipe.txt. A cell is computed in a temporary folder and renamed into
-// place, so a folder that exists is complete: re-running skips it, an interrupted run loses
-// at most the cells in flight. Cells run in parallel, each on one thread, so results are
-// bit-identical whatever the thread count. `--shard i/N` runs every N-th cell.
+// kvlab.runner: runs a sweep cell by cell into a results folder (see :results_folder for its
+// layout and what makes a cell complete). A cell is computed in a staging folder and renamed
+// into place, so re-running skips complete cells, recomputes incomplete ones (naming them),
+// and an interrupted run loses at most the cells in flight. Cells run in parallel, each on
+// one thread, so results are bit-identical whatever the thread count. `--shard i/N` runs
+// every N-th cell.
 module;
 #include <algorithm>
 #include <atomic>
@@ -19,7 +19,6 @@ module;
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -27,6 +26,7 @@ module;
 
 #include "git_revision.hpp"
 export module kvlab.runner;
+export import :results_folder;
 import kvlab;
 
 export namespace kvlab {
@@ -38,29 +38,6 @@ struct sweep_cell {
   std::string folder; // the cell's folder name
 };
 
-// Folder names are the cell's identity; characters a file system cannot hold are escaped.
-inline std::string cell_folder_name(const recipe& r, const std::string& data, std::uint64_t seed) {
-  std::string name = canonical_name(r) + "__" + data + "__seed=" + std::to_string(seed);
-  std::string safe;
-  for (const char c : name) {
-    if (c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20) {
-      char escaped[4];
-      std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
-      safe += escaped;
-    } else {
-      safe += c;
-    }
-  }
-  if (safe.size() > 200) { // keep under NAME_MAX, still unique: a digest of the whole name
-    std::uint64_t digest = 0xcbf29ce484222325ull;
-    for (const char c : safe) digest = (digest ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-    safe = safe.substr(0, 180) + "~" + hex;
-  }
-  return safe;
-}
-
 inline std::vector<sweep_cell> expand_cells(const configs::sweep& s, const registry& components) {
   std::vector<sweep_cell> cells;
   for (const auto& spec : s.data)
@@ -69,7 +46,7 @@ inline std::vector<sweep_cell> expand_cells(const configs::sweep& s, const regis
         std::string data = spec;
         if (const auto at = data.find("{seed}"); at != std::string::npos) data.replace(at, 6, std::to_string(seed));
         const recipe normal = normalized(r, components);
-        cells.push_back({normal, data, seed, cell_folder_name(normal, data, seed)});
+        cells.push_back({normal, data, seed, cell_folder_name(canonical_name(normal), data, seed)});
       }
   return cells;
 }
@@ -97,6 +74,7 @@ inline std::string cpu_model() {
 
 inline std::string provenance_json(const sweep_cell& cell, const std::string& digest, const eval_result& result) {
   return json_object()
+      .add("cell", cell.folder)
       .add("git_revision", KVLAB_GIT_REVISION)
       .add("compiler", "clang " __clang_version__)
       .add("flags", KVLAB_CXX_FLAGS)
@@ -109,16 +87,7 @@ inline std::string provenance_json(const sweep_cell& cell, const std::string& di
       .str();
 }
 
-inline std::string file_text(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Writes `file` atomically unless it already holds exactly `text`.
-inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text);
-
 inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text) {
   if (std::filesystem::exists(file) && file_text(file) == text) return;
   write_text_atomically(file, text);
@@ -202,31 +171,32 @@ struct run_summary {
   std::size_t computed = 0;
 };
 
-// Runs the cells of this shard that have no folder yet.
+// Runs the cells of this shard that have no complete folder yet.
 inline run_summary run_sweep(const configs::sweep& s, const registry& components, const run_options& options) {
   if (options.shard_count == 0 || options.shard_index == 0 || options.shard_index > options.shard_count)
     throw error("--shard " + std::to_string(options.shard_index) + "/" + std::to_string(options.shard_count) +
                 ": expected i/N with 1 <= i <= N");
-  std::filesystem::create_directories(options.out);
+  prepare_results_folder(options.out);
   std::vector<sweep_cell> todo;
   run_summary summary;
   const auto cells = expand_cells(s, components);
   for (std::size_t i = 0; i < cells.size(); ++i) {
     if (i % options.shard_count != options.shard_index - 1) continue;
     ++summary.cells;
-    if (std::filesystem::exists(options.out / cells[i].folder / "metrics.json")) {
-      ++summary.skipped;
-      continue;
+    const auto folder = options.out / cells[i].folder;
+    if (std::filesystem::exists(folder)) {
+      const auto reason = incomplete_cell_reason(folder);
+      if (!reason) {
+        ++summary.skipped;
+        continue;
+      }
+      std::clog << "cell '" << cells[i].folder << "' in " << options.out.string() << " is incomplete (" << *reason
+                << "); computing it again\n";
+      std::filesystem::remove_all(folder);
     }
     todo.push_back(cells[i]);
   }
 
-  // Staging folders are named per run (host, process, time) so array jobs sharing a file
-  // system never touch each other's cells in flight.
-  char host[256] = "host";
-  gethostname(host, sizeof host - 1);
-  const std::string run_id = std::string(host) + "-" + std::to_string(getpid()) + "-" +
-                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   std::mutex report;
   std::atomic<std::size_t> next{0}, done{0};
   std::exception_ptr failure;
@@ -251,20 +221,16 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
         const auto dataset = datasets.acquire(cell.data);
         const eval_result result = evaluate(cell.value, dataset->data, components, {.decode_steps = s.decode_steps},
                                             dataset->exact ? &*dataset->exact : nullptr);
-        // Complete the cell in a temporary folder, then rename it into place.
-        const auto staging = options.out / (".staging-" + run_id + "-" + std::to_string(i));
-        std::filesystem::create_directories(staging);
-        write_file(staging / "metrics.json", to_json(result) + "\n");
-        write_file(staging / "provenance.json", provenance_json(cell, dataset->digest, result) + "\n");
-        write_file(staging / "recipe.txt", canonical_name(cell.value) + "\n");
-        std::error_code ec;
-        std::filesystem::rename(staging, options.out / cell.folder, ec);
-        if (ec) {
-          std::filesystem::remove_all(staging, ec);
-          // Only another run finishing the same cell first is fine; anything else loses it.
-          if (!std::filesystem::exists(options.out / cell.folder / "metrics.json"))
-            throw error("cannot store cell " + cell.folder + " in " + options.out.string());
-        }
+        // Complete the cell in a staging folder, then rename it into place.
+        staging_folder staging(options.out, ".staging-");
+        write_file_durably(staging.path() / "metrics.json", to_json(result) + "\n");
+        write_file_durably(staging.path() / "provenance.json", provenance_json(cell, dataset->digest, result) + "\n");
+        write_file_durably(staging.path() / "recipe.txt", canonical_name(cell.value) + "\n");
+        const auto target = options.out / cell.folder;
+        // Only another run finishing the same cell first is fine; anything else loses it.
+        if (const auto not_stored = staging.commit(target); not_stored && incomplete_cell_reason(target))
+          throw error("cannot store cell " + cell.folder + " in " + options.out.string() + ": " +
+                      io_error_text(not_stored.value()));
         datasets.release(cell.data);
         ++done;
         const std::lock_guard lock(report);
@@ -282,59 +248,6 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
   if (failure) std::rethrow_exception(failure);
   summary.computed = done;
   return summary;
-}
-
-// The metrics.json text of every cell folder of `dir`, sorted by folder name.
-inline std::vector<std::string> stored_metrics(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir)) throw error(dir.string() + " is not a results folder");
-  std::vector<std::filesystem::path> folders;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    if (entry.is_directory() && !entry.path().filename().string().starts_with(".") &&
-        std::filesystem::exists(entry.path() / "metrics.json"))
-      folders.push_back(entry.path());
-  std::ranges::sort(folders);
-  std::vector<std::string> texts;
-  for (const auto& folder : folders) {
-    std::string metrics = file_text(folder / "metrics.json");
-    while (!metrics.empty() && metrics.back() == '\n') metrics.pop_back();
-    texts.push_back(std::move(metrics));
-  }
-  return texts;
-}
-
-// Every cell of `dir`, parsed from its metrics.json, sorted by folder name.
-inline std::vector<json_value> read_results(const std::filesystem::path& dir) {
-  std::vector<json_value> results;
-  for (const auto& text : stored_metrics(dir)) results.push_back(parse_json(text, dir.string() + " metrics.json"));
-  return results;
-}
-
-// Copies the complete cell folders of `shards` into `out`. A cell present twice must have
-// the same metrics (the same recipe, data and seed give bit-identical results).
-inline std::size_t merge_results(const std::filesystem::path& out, const std::vector<std::filesystem::path>& shards) {
-  std::filesystem::create_directories(out);
-  std::size_t copied = 0;
-  for (const auto& shard : shards) {
-    if (!std::filesystem::is_directory(shard)) throw error(shard.string() + " is not a results folder");
-    for (const auto& entry : std::filesystem::directory_iterator(shard)) {
-      if (!entry.is_directory() || entry.path().filename().string().starts_with(".") ||
-          !std::filesystem::exists(entry.path() / "metrics.json"))
-        continue;
-      const auto target = out / entry.path().filename();
-      if (std::filesystem::exists(target / "metrics.json")) {
-        if (file_text(target / "metrics.json") != file_text(entry.path() / "metrics.json"))
-          throw error("cell " + entry.path().filename().string() + " differs between " + out.string() + " and " +
-                      shard.string());
-        continue;
-      }
-      const auto staging = out / (".merging-" + entry.path().filename().string());
-      std::filesystem::remove_all(staging);
-      std::filesystem::copy(entry.path(), staging, std::filesystem::copy_options::recursive);
-      std::filesystem::rename(staging, target);
-      ++copied;
-    }
-  }
-  return copied;
 }
 
 } // namespace kvlab

@@ -1,4 +1,4 @@
-# Helpers of the ctest scripts (included by cli_check, kivi_check and eviction_check).
+# Helpers of the ctest scripts.
 
 # Sets `result` to TRUE when the comparison of decimal numbers `a op b` holds (CMake's own
 # comparisons take integers only; awk compares decimals).
@@ -23,4 +23,59 @@ function(kvlab_run_experiment name)
   string(JSON count LENGTH "${table}")
   set(out "${table}" PARENT_SCOPE)
   set(cells ${count} PARENT_SCOPE)
+endfunction()
+
+# Runs ${KVLAB} with the arguments and fails the check unless it exits 0; leaves its output
+# (stdout and stderr) in ${last_output}.
+function(kvlab)
+  execute_process(COMMAND ${KVLAB} ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "kvlab ${ARGN} failed (${code}):\n${out}${err}")
+  endif()
+  set(last_output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+# kvlab_fails(EXPECT text... ARGS argument...): runs ${KVLAB} with the ARGS and fails the
+# check unless it exits non-zero and its output contains every EXPECT text (literally).
+function(kvlab_fails)
+  cmake_parse_arguments(ARG "" "" "EXPECT;ARGS" ${ARGN})
+  execute_process(COMMAND ${KVLAB} ${ARG_ARGS} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(code EQUAL 0)
+    message(FATAL_ERROR "kvlab ${ARG_ARGS} succeeded; expected it to fail saying ${ARG_EXPECT}:\n${out}${err}")
+  endif()
+  foreach(text ${ARG_EXPECT})
+    string(FIND "${out}${err}" "${text}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "kvlab ${ARG_ARGS} did not say '${text}':\n${out}${err}")
+    endif()
+  endforeach()
+endfunction()
+
+# Fails the check unless folders `a` and `b` hold the same files (hidden ones included) with
+# the same bytes.
+function(assert_same_tree a b)
+  file(GLOB_RECURSE files_a RELATIVE ${a} ${a}/*)
+  file(GLOB_RECURSE files_b RELATIVE ${b} ${b}/*)
+  if(NOT files_a STREQUAL files_b)
+    message(FATAL_ERROR "${a} and ${b} hold different files:\n${files_a}\n---\n${files_b}")
+  endif()
+  foreach(f ${files_a})
+    execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${a}/${f} ${b}/${f} RESULT_VARIABLE differ)
+    if(differ)
+      message(FATAL_ERROR "${a}/${f} and ${b}/${f} differ")
+    endif()
+  endforeach()
+endfunction()
+
+# The cell folders of the results folder `dir` (names only, sorted) in ${out_var}.
+function(kvlab_cell_folders out_var dir)
+  file(GLOB names LIST_DIRECTORIES true RELATIVE ${dir} ${dir}/*)
+  set(cells)
+  foreach(name ${names})
+    if(IS_DIRECTORY ${dir}/${name})
+      list(APPEND cells ${name})
+    endif()
+  endforeach()
+  list(SORT cells)
+  set(${out_var} ${cells} PARENT_SCOPE)
 endfunction()

@@ -6,6 +6,7 @@ export import :numeric;
 export import :text;
 export import :memory;
 export import :mapped_file;
+export import :durable_file;
 export import :sha256;
 export import :random;
 export import :tensor;

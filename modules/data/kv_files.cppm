@@ -11,7 +11,6 @@ module;
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -655,24 +654,6 @@ inline std::string safetensors_f32_header(std::span<const safetensors_output_ten
   return json;
 }
 
-// Writes float32 values little-endian whatever the host's byte order; false on a short write.
-inline bool write_float32_little_endian(std::FILE* stream, std::span<const float> values) {
-  if constexpr (std::endian::native == std::endian::little) {
-    return std::fwrite(values.data(), sizeof(float), values.size(), stream) == values.size();
-  } else {
-    constexpr std::size_t chunk_elements = std::size_t{1} << 18;
-    std::vector<unsigned char> chunk;
-    for (std::size_t first = 0; first < values.size(); first += chunk_elements) {
-      chunk.clear();
-      for (const float value : values.subspan(first, std::min(chunk_elements, values.size() - first)))
-        for (std::size_t i = 0; i < 4; ++i)
-          chunk.push_back(static_cast<unsigned char>(std::bit_cast<std::uint32_t>(value) >> (8 * i)));
-      if (std::fwrite(chunk.data(), 1, chunk.size(), stream) != chunk.size()) return false;
-    }
-    return true;
-  }
-}
-
 } // namespace detail
 
 // Reads a KV dump directory: K.npy and V.npy of [layers, kv_heads, tokens, head_dim] and Q.npy
@@ -788,7 +769,6 @@ inline kv_data load_safetensors(const std::filesystem::path& file) {
 // ordered by dtype alignment, then name: k, q, v; header padded with spaces to a multiple of 8
 // bytes), to a temporary sibling renamed over `file`, so readers never see a half-written file.
 inline void write_safetensors(const std::filesystem::path& file, const kv_data& data) {
-  using detail::safetensors_error;
   const std::string context = "safetensors file '" + file.string() + "': cannot write";
   const auto keys = detail::dump_dimensions(data.keys.shape());
   const auto values = detail::dump_dimensions(data.values.shape());
@@ -809,33 +789,11 @@ inline void write_safetensors(const std::filesystem::path& file, const kv_data& 
   for (std::size_t i = 0; i < length_field.size(); ++i)
     length_field[i] = static_cast<unsigned char>(std::uint64_t{header.size()} >> (8 * i));
 
-  detail::temporary_file_guard temporary{detail::temporary_sibling(file)};
-  // "x": fail rather than share a file some other writer created under the same name.
-  detail::unique_file stream(std::fopen(temporary.path.c_str(), "wbx"));
-  if (!stream)
-    throw safetensors_error(file, "cannot create the temporary file '" + temporary.path.string() +
-                                      "' next to it: " + std::generic_category().message(errno));
-  // Remembers the first failure's errno: later calls may overwrite it.
-  int failure = 0;
-  const auto check = [&](bool succeeded) {
-    if (!succeeded && failure == 0) failure = errno != 0 ? errno : EIO;
-  };
-  check(std::fwrite(length_field.data(), 1, length_field.size(), stream.get()) == length_field.size());
-  check(std::fwrite(header.data(), 1, header.size(), stream.get()) == header.size());
-  for (const auto& tensor : tensors)
-    if (failure == 0) check(detail::write_float32_little_endian(stream.get(), tensor.tensor->values()));
-  check(std::fflush(stream.get()) == 0);
-  check(std::fclose(stream.release()) == 0);
-  if (failure != 0)
-    throw safetensors_error(file, "cannot write the temporary file '" + temporary.path.string() +
-                                      "': " + std::generic_category().message(failure));
-
-  std::error_code rename_error;
-  std::filesystem::rename(temporary.path, file, rename_error);
-  if (rename_error)
-    throw safetensors_error(file, "cannot replace it with the temporary file '" + temporary.path.string() +
-                                      "': " + rename_error.message());
-  temporary.committed = true;
+  write_file_atomically(file, "safetensors file '" + file.string() + "'", [&](file_output& out) {
+    out.write(std::as_bytes(std::span(length_field)));
+    out.write(header);
+    for (const auto& tensor : tensors) detail::write_float32_little_endian(out, tensor.tensor->values());
+  });
 }
 
 } // namespace kvlab

@@ -4,20 +4,15 @@
 module;
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -371,29 +366,22 @@ inline std::string npy_float32_header(std::span<const std::size_t> shape) {
   throw error("npy header of shape " + shape_repr(shape) + " is too large for format 2.0");
 }
 
-struct file_closer {
-  void operator()(std::FILE* stream) const noexcept { std::fclose(stream); }
-};
-using unique_file = std::unique_ptr<std::FILE, file_closer>;
-
-// Removes the temporary file unless it was renamed over the target.
-struct temporary_file_guard {
-  std::filesystem::path path;
-  bool committed = false;
-  ~temporary_file_guard() {
-    if (committed) return;
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
+// Writes float32 values little-endian whatever the host's byte order; false on a failed write.
+inline bool write_float32_little_endian(file_output& out, std::span<const float> values) {
+  if constexpr (std::endian::native == std::endian::little) {
+    return out.write(std::as_bytes(values));
+  } else {
+    constexpr std::size_t chunk_elements = std::size_t{1} << 18;
+    std::vector<std::byte> chunk;
+    for (std::size_t first = 0; first < values.size() && out.ok(); first += chunk_elements) {
+      chunk.clear();
+      for (const float value : values.subspan(first, std::min(chunk_elements, values.size() - first)))
+        for (std::size_t i = 0; i < 4; ++i)
+          chunk.push_back(static_cast<std::byte>(std::bit_cast<std::uint32_t>(value) >> (8 * i)));
+      out.write(chunk);
+    }
+    return out.ok();
   }
-};
-
-// A name no other writer (thread or process) picks: counter, clock and a random number.
-inline std::filesystem::path temporary_sibling(const std::filesystem::path& file) {
-  static std::atomic<std::uint64_t> counter{0};
-  const auto ticks = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  const std::uint64_t random = std::random_device{}();
-  const std::string suffix = ".tmp-" + std::to_string(random ^ ticks) + "-" + std::to_string(counter++);
-  return file.parent_path() / ("." + file.filename().string() + suffix);
 }
 
 } // namespace detail
@@ -522,43 +510,9 @@ inline void write_npy(const std::filesystem::path& file, std::span<const std::si
                               std::to_string(values.size()) + " were given");
 
   const std::string header = detail::npy_float32_header(shape);
-  detail::temporary_file_guard temporary{detail::temporary_sibling(file)};
-  // "x": fail rather than share a file some other writer created under the same name.
-  detail::unique_file stream(std::fopen(temporary.path.c_str(), "wbx"));
-  if (!stream)
-    throw npy_error(file, "cannot create the temporary file '" + temporary.path.string() +
-                              "' next to it: " + std::generic_category().message(errno));
-  // Remembers the first failure's errno: later calls may overwrite it.
-  int failure = 0;
-  const auto check = [&](bool succeeded) {
-    if (!succeeded && failure == 0) failure = errno != 0 ? errno : EIO;
-  };
-  check(std::fwrite(header.data(), 1, header.size(), stream.get()) == header.size());
-  if constexpr (std::endian::native == std::endian::little) {
-    check(std::fwrite(values.data(), sizeof(float), values.size(), stream.get()) == values.size());
-  } else {
-    constexpr std::size_t chunk_elements = std::size_t{1} << 18;
-    std::vector<unsigned char> chunk;
-    for (std::size_t first = 0; failure == 0 && first < values.size(); first += chunk_elements) {
-      chunk.clear();
-      for (const float value : values.subspan(first, std::min(chunk_elements, values.size() - first)))
-        for (std::size_t i = 0; i < 4; ++i)
-          chunk.push_back(static_cast<unsigned char>(std::bit_cast<std::uint32_t>(value) >> (8 * i)));
-      check(std::fwrite(chunk.data(), 1, chunk.size(), stream.get()) == chunk.size());
-    }
-  }
-  check(std::fflush(stream.get()) == 0);
-  check(std::fclose(stream.release()) == 0);
-  if (failure != 0)
-    throw npy_error(file, "cannot write the temporary file '" + temporary.path.string() +
-                              "': " + std::generic_category().message(failure));
-
-  std::error_code rename_error;
-  std::filesystem::rename(temporary.path, file, rename_error);
-  if (rename_error)
-    throw npy_error(file, "cannot replace it with the temporary file '" + temporary.path.string() +
-                              "': " + rename_error.message());
-  temporary.committed = true;
+  write_file_atomically(file, "npy file '" + file.string() + "'", [&](file_output& out) {
+    if (out.write(header)) detail::write_float32_little_endian(out, values);
+  });
 }
 
 } // namespace kvlab

@@ -6,25 +6,21 @@
 module;
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <type_traits>
 #include <variant>
 #include <vector>
 export module kvlab.gguf:writer;
 import :format;
 import kvlab.core;
-import kvlab.npy;
 
 export namespace kvlab {
 
@@ -204,49 +200,28 @@ inline void write_gguf(const std::filesystem::path& file, std::span<const gguf_m
   }
   header.pad_to(alignment);
 
-  detail::temporary_file_guard temporary{detail::temporary_sibling(file)};
-  // "x": fail rather than share a file some other writer created under the same name.
-  detail::unique_file stream(std::fopen(temporary.path.c_str(), "wbx"));
-  if (!stream)
-    throw gguf_write_error(file, "cannot create the temporary file '" + temporary.path.string() +
-                                     "' next to it: " + std::generic_category().message(errno));
-  // Remembers the first failure's errno: later calls may overwrite it.
-  int failure = 0;
-  const auto write = [&](std::span<const std::byte> bytes) {
-    if (failure == 0 && std::fwrite(bytes.data(), 1, bytes.size(), stream.get()) != bytes.size())
-      failure = errno != 0 ? errno : EIO;
-  };
-  write(header.bytes());
-  // Whole blocks of every type at a time: 2^16 elements is a multiple of 32 and 256.
-  constexpr std::size_t chunk_elements = std::size_t{1} << 16;
-  std::vector<std::byte> chunk;
-  const std::vector<std::byte> zeros(alignment > 4096 ? 4096 : static_cast<std::size_t>(alignment));
-  for (std::size_t t = 0; t < tensors.size() && failure == 0; ++t) {
-    const auto& tensor = tensors[t];
-    const auto& traits = ggml_traits(tensor.type);
-    for (std::size_t first = 0; first < tensor.values.size() && failure == 0; first += chunk_elements) {
-      const auto values = tensor.values.subspan(first, std::min(chunk_elements, tensor.values.size() - first));
-      chunk.resize(values.size() / traits.block_size * traits.block_bytes);
-      quantize_blocks(tensor.type, values, chunk);
-      write(chunk);
+  write_file_atomically(file, "'" + file.string() + "': cannot write GGUF", [&](file_output& out) {
+    out.write(header.bytes());
+    // Whole blocks of every type at a time: 2^16 elements is a multiple of 32 and 256.
+    constexpr std::size_t chunk_elements = std::size_t{1} << 16;
+    std::vector<std::byte> chunk;
+    const std::vector<std::byte> zeros(alignment > 4096 ? 4096 : static_cast<std::size_t>(alignment));
+    for (std::size_t t = 0; t < tensors.size() && out.ok(); ++t) {
+      const auto& tensor = tensors[t];
+      const auto& traits = ggml_traits(tensor.type);
+      for (std::size_t first = 0; first < tensor.values.size() && out.ok(); first += chunk_elements) {
+        const auto values = tensor.values.subspan(first, std::min(chunk_elements, tensor.values.size() - first));
+        chunk.resize(values.size() / traits.block_size * traits.block_bytes);
+        quantize_blocks(tensor.type, values, chunk);
+        out.write(chunk);
+      }
+      for (std::uint64_t padding = detail::gguf_header_builder::gguf_padding(sizes[t], alignment); padding > 0;) {
+        const std::size_t now = static_cast<std::size_t>(std::min<std::uint64_t>(padding, zeros.size()));
+        out.write(std::span(zeros).first(now));
+        padding -= now;
+      }
     }
-    for (std::uint64_t padding = detail::gguf_header_builder::gguf_padding(sizes[t], alignment); padding > 0;) {
-      const std::size_t now = static_cast<std::size_t>(std::min<std::uint64_t>(padding, zeros.size()));
-      write(std::span(zeros).first(now));
-      padding -= now;
-    }
-  }
-  if (std::fflush(stream.get()) != 0 && failure == 0) failure = errno != 0 ? errno : EIO;
-  if (std::fclose(stream.release()) != 0 && failure == 0) failure = errno != 0 ? errno : EIO;
-  if (failure != 0)
-    throw gguf_write_error(file, "cannot write the temporary file '" + temporary.path.string() +
-                                     "': " + std::generic_category().message(failure));
-  std::error_code rename_error;
-  std::filesystem::rename(temporary.path, file, rename_error);
-  if (rename_error)
-    throw gguf_write_error(file, "cannot replace it with the temporary file '" + temporary.path.string() +
-                                     "': " + rename_error.message());
-  temporary.committed = true;
+  });
 }
 
 } // namespace kvlab

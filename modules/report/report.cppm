@@ -1,5 +1,5 @@
 // kvlab.report: rendering results for people (aligned text and Markdown tables) and for
-// programs (JSON), and writing text files whole.
+// programs (JSON).
 module;
 #include <algorithm>
 #include <charconv>
@@ -7,15 +7,11 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 
-#include <unistd.h>
 export module kvlab.report;
 export import :json;
 export import :plot;
@@ -185,26 +181,6 @@ inline std::string format_significant(double value, int digits = 4) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
   return buffer;
-}
-
-// Writes `text` to `file` (truncating it).
-inline void write_file(const std::filesystem::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary);
-  out << text;
-  if (!out.flush()) throw error("cannot write " + file.string());
-}
-
-// Writes `file` through a temporary file renamed into place: never a half-written file.
-inline void write_text_atomically(const std::filesystem::path& file, const std::string& text) {
-  const auto temporary =
-      file.parent_path() / ("." + file.filename().string() + "." + std::to_string(getpid()) + ".partial");
-  write_file(temporary, text);
-  std::error_code ec;
-  std::filesystem::rename(temporary, file, ec);
-  if (ec) {
-    std::filesystem::remove(temporary, ec);
-    throw error("cannot write " + file.string());
-  }
 }
 
 } // namespace kvlab
