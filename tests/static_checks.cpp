@@ -72,7 +72,11 @@ static_assert(!Quantizer<strategies::token::per_token>);
 
 } // namespace
 
+BOOST_AUTO_TEST_SUITE(static_checks)
+
 BOOST_AUTO_TEST_CASE(concept_checks_compiled) {
   // The assertions above ran at compile time; this case records that this file was built.
   BOOST_TEST(Quantizer<strategies::int_symmetric::symmetric_int>);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
