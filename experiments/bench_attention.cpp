@@ -249,8 +249,8 @@ private:
 
 int main(int argc, char** argv) {
   // The read probe runs first and again last: other tenants' load only slows a run down, so
-  // the summary's best of the two is less likely to be a busy moment's rate (one busy probe
-  // had f16 attention reading at 126 % of it).
+  // the summary's best of the two is less likely to be a busy moment's rate (against a probe
+  // measured at a busy moment, f16 attention read at 126 % of it).
   const auto register_read_probe = [] {
     for (const long threads : {1, 2})
       benchmark::RegisterBenchmark(("memory_read/threads:" + std::to_string(threads)).c_str(), memory_read)

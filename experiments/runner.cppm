@@ -95,7 +95,7 @@ inline void write_text_if_changed(const std::filesystem::path& file, const std::
 
 // The datasets of a run, loaded once and shared by the cells that use them, with the exact
 // attention every recipe is compared with (a sweep evaluates many recipes on each dataset;
-// regenerating the data and recomputing the exact reference per cell was over half of a
+// regenerating the data and recomputing the exact reference per cell takes over half of a
 // run's time). The first cell to need a dataset loads it while the others wait for it; it
 // is dropped when its last cell is done, so memory holds only the datasets in use. The
 // exact reference is shared only up to 1 GiB (bigger ones are computed per cell).

@@ -169,7 +169,7 @@ inline std::vector<std::size_t> top_scores(std::span<const double> scores, std::
   std::iota(order.begin(), order.end(), std::size_t{0});
   keep = std::min(keep, order.size());
   // The order is total (no two indices tie), so selection alone fixes the kept set: O(n),
-  // where a partial sort was O(n log keep) and a quarter of an eviction sweep's time.
+  // where a partial sort is O(n log keep) and measured a quarter of an eviction sweep's time.
   std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(keep), [&](std::size_t a, std::size_t b) {
     return scores[a] > scores[b] || (scores[a] == scores[b] && a > b);
   });

@@ -14,8 +14,8 @@
 namespace kvlab::kernels::scalar {
 // Internal linkage: every kernel TU keeps its own copies. The ISA TUs are built with -mfma,
 // where a + b * c contracts to one fused multiply-add; with shared (inline) definitions the
-// linker kept one TU's copy for all, so the scalar reference's arithmetic depended on link
-// order (its fold_channel_params was the AVX-512 TU's, fused).
+// linker keeps one TU's copy for all, so the scalar reference's arithmetic would depend on
+// link order (its fold_channel_params could be the AVX-512 TU's, fused).
 namespace {
 
 inline unsigned code_at(const std::uint8_t* packed, std::size_t index, unsigned bits) noexcept {

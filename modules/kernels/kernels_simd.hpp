@@ -1281,8 +1281,8 @@ struct kernels {
   // fp8 codes (fp8_pairs_fit), H heads: each head's sums are kept in decode_fp8_pair's
   // order for the call, each token's scales are multiplied by the layout's unit once
   // (fp8_scales) and each head's weight by them once per pair, so each 16 codes cost a
-  // conversion and a multiply-add per head (values from DRAM 4.8-4.9 to 4.1-4.2 ns per
-  // token against multiplying each code by its scale first). One rounding before the sum,
+  // conversion and a multiply-add per head (values from DRAM 4.1-4.2 ns per token against
+  // 4.8-4.9 multiplying each code by its scale first). One rounding before the sum,
   // as in axpy_coded_heads, but of w * s rather than of s * level: within the float
   // kernels' rounding, and exactly s * level for a weight of 1. False (nothing done) for
   // other records.
@@ -1305,10 +1305,11 @@ struct kernels {
       constexpr std::size_t per_pass = std::max<std::size_t>(1, 4 / H);
       // weighted[h][g][t] (more than one head): head h's weight of token t times the token's
       // scale of group g, for the chunk. One vector multiply per head and group, where a
-      // scalar multiply and a broadcast per head, pair and token had taken as many vector
-      // slots as the multiply-adds (the same products, bit for bit); the pass's multiply-adds
-      // read them as broadcasts from memory. Four heads' values, 2048 tokens in L2 (AMD Zen
-      // 5): 17.4-17.7 to 14.5-14.7 us (fp8_e4m3@token), 16.4-16.6 to 15.2-15.8 (group(32)).
+      // scalar multiply and a broadcast per head, pair and token take as many vector slots
+      // as the multiply-adds (the same products, bit for bit); the pass's multiply-adds read
+      // them as broadcasts from memory. Four heads' values, 2048 tokens in L2 (AMD Zen 5):
+      // 14.5-14.7 us against 17.4-17.7 (fp8_e4m3@token), 15.2-15.8 against 16.4-16.6
+      // (group(32)).
       // One head keeps the multiply in the pass and its scales token by token (scales[t][g]):
       // with the table its group(32) values took 9.0-9.4 us against 8.2-8.5.
       float scales[H == 1 ? chunk : 1][max_groups], group_scales[H > 1 ? max_groups : 1][chunk] = {};
@@ -1901,9 +1902,9 @@ struct kernels {
   // - each dword's 8 lookups are added in a fixed tree, the dwords in order.
   // fp32 throughout, each table entry rounded at most twice: the query is used as it is,
   // not sliced. KIVI-2's keys, one head, 2048 in L2 on AMD Zen 5 (kvlab_bench_kernels
-  // kivi2/keys): 1.93-1.95 ns per token with the row lanes this replaced (whole rows per
-  // vector, the query folded and sliced into bytes for vpdpbusd every block: a third of
-  // their time), 1.64-1.65 with these tables.
+  // kivi2/keys): 1.64-1.65 ns per token with these tables, against 1.93-1.95 with row lanes
+  // (whole rows per vector, the query folded and sliced into bytes for vpdpbusd every
+  // block: a third of their time).
   static bool pair_rows_fit(const record_format& f) noexcept {
     return is_avx512 && f.kind == element_kind::affine_codes && f.bits == 2 && f.params_per_group == 0 &&
            (f.head_dim == 64 || f.head_dim == 128 || f.head_dim == 256);
@@ -2003,8 +2004,8 @@ struct kernels {
           for (std::size_t d = 0; d < Dwords; ++d) {
             // A full chunk is 2 Dwords lines: two per dword, without prefetch_part's loop. The
             // next chunk's lines go into L1 as well: a chunk's work cannot start before its
-            // rows are loaded, and from L2 each waited (with the parameters' prefetch below,
-            // KIVI-2's keys from DRAM 2.02-2.09 to 1.81-1.94 ns per token).
+            // rows are loaded, and from L2 each waits (with the parameters' prefetch below,
+            // KIVI-2's keys from DRAM 1.81-1.94 ns per token against 2.02-2.09).
             if constexpr (Full)
               for (std::size_t line = 2 * d; line < 2 * d + 2; ++line) {
                 _mm_prefetch(reinterpret_cast<const char*>(chunk + prefetch_distance + 64 * line), _MM_HINT_T1);
@@ -2212,7 +2213,7 @@ struct kernels {
     // One instruction per code vector instead of a shift and a mask. A pass of a last odd
     // unit has the second unit's bytes masked to zero, its sums never read. Not inlined:
     // its 16 sums, 4 code vectors and F fit the 32 vector registers only without the rest
-    // of the kernel's live values (inlined, 4 sums went to the stack and back every quad).
+    // of the kernel's live values (inlined, 4 sums go to the stack and back every quad).
     struct chunk_run {
       const std::uint8_t* records;
       std::size_t size;
@@ -2248,7 +2249,8 @@ struct kernels {
         }
         const std::uint8_t* quad = chunk.records + 4 * q * record_bytes + pass_bytes * p;
         // head_dim 128 (HeadDim) takes every pass's bytes whole: plain loads, which from DRAM
-        // measured faster than masked ones (KIVI-2's values 1.88-1.96 to 1.76-1.82 ns per token)
+        // measured faster than masked ones (KIVI-2's values 1.76-1.82 ns per token against
+        // 1.88-1.96)
         const auto half = [&](std::size_t k) __attribute__((always_inline)) {
           if (Full || 4 * q + k < chunk.size) {
             if (HeadDim != 0 && Bits == 2)
@@ -2712,8 +2714,8 @@ struct kernels {
   // Elementary Functions", 1980: ln 2 in two parts, the first exact in k ln 2), e^r by its
   // Taylor polynomial to r^7 (truncation below 2^-27), then times 2^k by vscalefps, which
   // rounds once into the subnormals and gives 0 below them. 13 operations against xsimd's
-  // exp, which guards the whole float range (AMD Zen 5: softmax 0.295 -> 0.23 ns per
-  // score). x is clamped below at -104 (e^-104 is below the smallest subnormal), so -inf
+  // exp, which guards the whole float range (AMD Zen 5: softmax 0.23 ns per score against
+  // 0.295). x is clamped below at -104 (e^-104 is below the smallest subnormal), so -inf
   // gives 0; NaN passes through the clamp and stays NaN.
   static __m512 exp_of_shifted(__m512 x) noexcept {
     x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); // NaN: the second operand
