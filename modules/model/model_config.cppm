@@ -69,6 +69,15 @@ inline std::optional<std::size_t> checked_product(std::size_t a, std::size_t b) 
   return a * b;
 }
 
+template <class Count>
+Count parameter_count_as(const model_config& c) {
+  const auto count = [](std::size_t size) { return static_cast<Count>(size); };
+  const Count d = count(c.hidden), q = count(c.heads) * count(c.head_dim), kv = count(c.kv_heads) * count(c.head_dim);
+  Count per_layer = 2 * d + q * d + 2 * kv * d + d * q + 3 * count(c.ffn) * d;
+  if (c.qkv_bias) per_layer += q + 2 * kv;
+  return count(c.vocab) * d * (c.tied_output ? 1 : 2) + count(c.layers) * per_layer + d;
+}
+
 } // namespace detail
 
 // Checks a configuration a file declared before anything is allocated for it: every size
@@ -95,15 +104,14 @@ inline void check_model_config(const model_config& c, const std::string& where) 
   const auto q = detail::checked_product(c.heads, c.head_dim);
   if (!embedding || !q || *embedding > limit || *q > limit)
     throw fail("the declared sizes give more than 2^40 parameters per matrix (a corrupt header?)");
+  // Counted in floating point, which cannot wrap around: in 64-bit integers, sizes a corrupt
+  // header chose could wrap the count to the size of a tiny file that then passes for the model.
+  if (detail::parameter_count_as<double>(c) > static_cast<double>(limit))
+    throw fail("the declared sizes give more than 2^40 parameters in all (a corrupt header?)");
 }
 
 // Number of float parameters a checked configuration holds (for size checks against files).
-inline std::size_t parameter_count(const model_config& c) {
-  const std::size_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-  std::size_t per_layer = 2 * c.hidden + q * c.hidden + 2 * kv * c.hidden + c.hidden * q + 3 * c.ffn * c.hidden;
-  if (c.qkv_bias) per_layer += q + 2 * kv;
-  return c.vocab * c.hidden * (c.tied_output ? 1 : 2) + c.layers * per_layer + c.hidden;
-}
+inline std::size_t parameter_count(const model_config& c) { return detail::parameter_count_as<std::size_t>(c); }
 
 // Checks that every weight has the size the configuration gives it (a loader's last step).
 inline void check_model_weights(const model_config& c, const model_weights& w, const std::string& where) {
