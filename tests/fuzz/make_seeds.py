@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the binary seeds of tests/fuzz/corpus/ (the text seeds are written by hand): tiny
 valid files of each format, built byte by byte from the formats' definitions, so the fuzzers
-start from inputs that reach deep into each parser. Run from anywhere; it rewrites the files.
+start from inputs that reach deep into each parser, and crash-* inputs that once crashed kvlab,
+so every replay checks the fix. Run from anywhere; it rewrites the files.
 """
 import json
 import math
@@ -172,6 +173,10 @@ write("gguf", "qwen2_bf16_byte_level.gguf", gguf(
         ("tokenizer.ggml.eos_token_id", U32, len(gpt2_pieces) - 1)],
     model_tensors(4, 4, 4, 4, len(gpt2_pieces), (GGML_BF16, bf16), bias=True)))
 
+# A byte-level vocabulary without merges merged by piece score, and it has no scores.
+write("gguf", "crash-byte-level-without-merges", gguf(
+    [("tokenizer.ggml.model", STR, "gpt2"), ("tokenizer.ggml.tokens", ARR, (STR, byte_pieces + ["ab"]))], []))
+
 
 # Every dequantizable block type, every metadata value type, nested arrays, alignment 64.
 def q4_0(blocks):
@@ -213,6 +218,10 @@ def llama2c_checkpoint(dim, hidden, layers, heads, kv_heads, vocab, seq_len, sha
 
 
 write("llama2c", "shared_classifier.bin", llama2c_checkpoint(8, 16, 1, 2, 1, 8, 4))
+# 2147483645 layers of 8589934604 floats wrapped the 64-bit parameter count around to the 16
+# floats of this file; the loader then allocated two billion layers.
+write("llama2c", "crash-parameter-count-wraps",
+      struct.pack("<7i", 2, 1431655764, 2147483645, 1, 1, 24, 1) + bytes(64))
 write("llama2c", "own_classifier_two_layers.bin", llama2c_checkpoint(4, 4, 2, 2, 2, 4, 2, shared=False))
 
 
