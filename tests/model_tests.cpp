@@ -124,6 +124,21 @@ BOOST_AUTO_TEST_CASE(llama2c_loader_rejects_malformed_checkpoints) {
   expect_error(header({64, 172, 5, 8, 3, 512, 512}), "8 query heads is not a multiple of 3 KV heads");
   expect_error(header({64, 172, 5, 8, 4, 512, 512}), "needs 1056540 bytes; the file has 28 (is it truncated?)");
   expect_error(header({1 << 30, 1 << 30, 1 << 30, 1, 1, 1 << 30, 512}), "more than 2^40 parameters");
+  // 2147483645 layers of 8589934604 floats each wrap around 2^64 to the 16 floats of this file
+  // (tests/fuzz/corpus/llama2c/crash-parameter-count-wraps).
+  expect_error(header({2, 1431655764, 2147483645, 1, 1, 24, 1}) + std::string(64, '\0'),
+               "more than 2^40 parameters in all");
+}
+
+BOOST_AUTO_TEST_CASE(model_config_refuses_sizes_whose_parameter_count_wraps_around) {
+  // Every size and the embedding below 2^40, but the FFN matrices hold 2^64 floats: 0 in
+  // 64-bit arithmetic, which empty FFN tensors in a Hugging Face file would have matched.
+  const kvlab::model_config c{
+      .layers = 1, .hidden = 1 << 24, .heads = 1, .kv_heads = 1, .head_dim = 2, .ffn = 1ull << 40, .vocab = 1};
+  BOOST_CHECK_EXCEPTION(kvlab::check_model_config(c, "config"), kvlab::error, [](const kvlab::error& e) {
+    return std::string(e.what()) ==
+           "config: the declared sizes give more than 2^40 parameters in all (a corrupt header?)";
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

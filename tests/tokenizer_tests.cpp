@@ -434,6 +434,22 @@ BOOST_AUTO_TEST_CASE(inconsistent_vocabularies_are_rejected) {
   BOOST_TEST(contains(load_error([&] { tok.encode("a", true); }), "the vocabulary has no BOS token"));
 }
 
+BOOST_AUTO_TEST_CASE(byte_level_vocabulary_without_merges_encodes_every_byte_alone) {
+  // A GGUF "gpt2" vocabulary or a tokenizer.json may have no merges, and byte-level ones have no
+  // scores: nothing merges, even where two pieces make a third (tests/fuzz/corpus/gguf/
+  // crash-byte-level-without-merges read a score that was not there).
+  kvlab::vocabulary vocab;
+  vocab.model = kvlab::tokenizer_model::byte_level;
+  for (unsigned byte = 0; byte < 256; ++byte) {
+    vocab.pieces.emplace_back();
+    kvlab::append_utf8(vocab.pieces.back(), kvlab::detail::gpt2_byte_code_point(static_cast<std::uint8_t>(byte)));
+  }
+  vocab.pieces.push_back("ab");
+  const kvlab::tokenizer tok(vocab);
+  BOOST_TEST(show(tok.encode("ab", false)) == "97 98");
+  BOOST_TEST(tok.decode(tok.encode("ab", false)) == "ab");
+}
+
 BOOST_AUTO_TEST_CASE(sentencepiece_merges_by_score_leftmost_first_with_byte_fallback) {
   kvlab::vocabulary vocab;
   vocab.pieces = {"<unk>",

@@ -30,53 +30,88 @@ inline void fill_gaussian(kv_tensor& tensor, std::uint64_t seed, std::uint64_t t
     }
 }
 
-inline kv_data gaussian(const term& t, std::string_view spec) {
+struct gaussian_parameters {
+  std::size_t layers = 0, kv_heads = 0, q_heads = 0, tokens = 0, head_dim = 0;
+  std::uint64_t seed = 0;
+};
+
+inline gaussian_parameters read_gaussian_parameters(const term& t, std::string_view spec) {
   const generator_arguments args(t, spec, {{"L", 2}, {"H", 2}, {"Q", 8}, {"T", 1024}, {"D", 128}, {"seed", 1}});
-  const std::size_t layers = args.whole_number("L"), kv_heads = args.whole_number("H"),
-                    q_heads = args.whole_number("Q");
-  const std::size_t tokens = args.whole_number("T", 2), head_dim = args.whole_number("D");
-  const auto seed = static_cast<std::uint64_t>(args.whole_number("seed", 0));
-  if (q_heads % kv_heads != 0)
-    args.fail("Q = " + std::to_string(q_heads) + " query heads is not a multiple of H = " + std::to_string(kv_heads) +
-              " KV heads (grouped-query attention)");
+  const gaussian_parameters p{.layers = args.whole_number("L"),
+                              .kv_heads = args.whole_number("H"),
+                              .q_heads = args.whole_number("Q"),
+                              .tokens = args.whole_number("T", 2),
+                              .head_dim = args.whole_number("D"),
+                              .seed = static_cast<std::uint64_t>(args.whole_number("seed", 0))};
+  if (p.q_heads % p.kv_heads != 0)
+    args.fail("Q = " + std::to_string(p.q_heads) + " query heads is not a multiple of H = " +
+              std::to_string(p.kv_heads) + " KV heads (grouped-query attention)");
   // Refuse workloads that would not fit this machine's memory, before allocating them.
-  checked_workload_elements({2 * kv_heads + q_heads, layers, tokens, head_dim},
+  checked_workload_elements({2 * p.kv_heads + p.q_heads, p.layers, p.tokens, p.head_dim},
                             "data spec '" + std::string(spec) + "'");
-  kv_data data{kv_tensor({layers, kv_heads, tokens, head_dim}), kv_tensor({layers, kv_heads, tokens, head_dim}),
-               kv_tensor({layers, q_heads, tokens, head_dim}), std::string(spec)};
-  fill_gaussian(data.keys, seed, 1);
-  fill_gaussian(data.values, seed, 2);
-  fill_gaussian(data.queries, seed, 3);
+  return p;
+}
+
+inline kv_data gaussian(const term& t, std::string_view spec) {
+  const gaussian_parameters p = read_gaussian_parameters(t, spec);
+  kv_data data{kv_tensor({p.layers, p.kv_heads, p.tokens, p.head_dim}),
+               kv_tensor({p.layers, p.kv_heads, p.tokens, p.head_dim}),
+               kv_tensor({p.layers, p.q_heads, p.tokens, p.head_dim}), std::string(spec)};
+  fill_gaussian(data.keys, p.seed, 1);
+  fill_gaussian(data.values, p.seed, 2);
+  fill_gaussian(data.queries, p.seed, 3);
   return data;
 }
 
 } // namespace detail
 
-// Builds the workload a data spec names. Throws kvlab::error naming the bad part.
-inline kv_data load_data(std::string_view spec) {
+// A data spec taken apart and checked as load_data checks it, before any file is read or any
+// value generated (the fuzz target checks specs this way, so it never builds huge workloads).
+struct data_request {
+  std::string source;       // synthetic, npy or safetensors
+  term generator;           // synthetic: gaussian(...) or llm(...)
+  std::size_t elements = 0; // synthetic: the floats of keys, values and queries
+  std::string path;         // npy and safetensors
+};
+
+// Throws kvlab::error naming the bad part.
+inline data_request parse_data_spec(std::string_view spec) {
   const auto colon = spec.find(':');
-  const std::string source(spec.substr(0, colon));
   if (colon == std::string_view::npos)
     throw error("data spec '" + std::string(spec) +
                 "': expected source:arguments, for example "
                 "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)");
-  if (source == "synthetic") {
-    const term generator = parse_term(spec.substr(colon + 1), "data spec '" + std::string(spec) + "'");
-    if (generator.name == "gaussian") {
-      kv_data data = detail::gaussian(generator, spec);
-      check_consistent(data);
-      return data;
-    }
-    if (generator.name == "llm") return synthetic_llm(generator, spec);
-    throw error("data spec '" + std::string(spec) + "': unknown synthetic generator '" + generator.name +
-                "'; allowed: gaussian, llm");
+  data_request request{.source = std::string(spec.substr(0, colon))};
+  if (request.source == "synthetic") {
+    request.generator = parse_term(spec.substr(colon + 1), "data spec '" + std::string(spec) + "'");
+    const auto elements = [](const auto& p) { return (2 * p.kv_heads + p.q_heads) * p.layers * p.tokens * p.head_dim; };
+    if (request.generator.name == "gaussian")
+      request.elements = elements(detail::read_gaussian_parameters(request.generator, spec));
+    else if (request.generator.name == "llm")
+      request.elements = elements(detail::llm::read_parameters(request.generator, spec));
+    else
+      throw error("data spec '" + std::string(spec) + "': unknown synthetic generator '" + request.generator.name +
+                  "'; allowed: gaussian, llm");
+    return request;
   }
-  const std::string path(spec.substr(colon + 1));
-  if (path.empty()) throw error("data spec '" + std::string(spec) + "': no path after '" + source + ":'");
-  if (source == "npy") return load_npy_dir(path);
-  if (source == "safetensors") return load_safetensors(path);
-  throw error("data spec '" + std::string(spec) + "': unknown source '" + source +
-              "'; allowed: synthetic, npy, safetensors, model");
+  request.path = spec.substr(colon + 1);
+  if (request.path.empty())
+    throw error("data spec '" + std::string(spec) + "': no path after '" + request.source + ":'");
+  if (request.source != "npy" && request.source != "safetensors")
+    throw error("data spec '" + std::string(spec) + "': unknown source '" + request.source +
+                "'; allowed: synthetic, npy, safetensors, model");
+  return request;
+}
+
+// Builds the workload a data spec names. Throws kvlab::error naming the bad part.
+inline kv_data load_data(std::string_view spec) {
+  const data_request request = parse_data_spec(spec);
+  if (request.source == "npy") return load_npy_dir(request.path);
+  if (request.source == "safetensors") return load_safetensors(request.path);
+  if (request.generator.name == "llm") return synthetic_llm(request.generator, spec);
+  kv_data data = detail::gaussian(request.generator, spec);
+  check_consistent(data);
+  return data;
 }
 
 } // namespace kvlab

@@ -112,13 +112,18 @@ inline model load_model(const std::filesystem::path& path,
   return m;
 }
 
-// The workload a data spec names: `model:PATH,text=FILE[,tokens=N][,tokenizer=FILE]` runs the
-// model over the first N tokens of the text (default: as many as the text gives, up to the
-// model's context, or 4096) and hands over its real keys, values and queries (capture_kv);
-// every other spec goes to load_data.
-inline kv_data load_workload(std::string_view spec) {
-  if (!spec.starts_with("model:")) return load_data(spec);
+// A `model:PATH,text=FILE[,tokens=N][,tokenizer=FILE]` data spec taken apart and checked,
+// before any file is read.
+struct model_data_request {
+  std::filesystem::path model, text;
+  std::optional<std::filesystem::path> tokenizer;
+  std::optional<std::size_t> tokens;
+};
+
+// Throws kvlab::error naming the bad part.
+inline model_data_request parse_model_data_spec(std::string_view spec) {
   const std::string where = "data spec '" + std::string(spec) + "'";
+  if (!spec.starts_with("model:")) throw error(where + ": expected model:PATH,text=FILE");
   std::vector<std::string> parts;
   for (std::size_t at = 6; at <= spec.size();) {
     const std::size_t end = std::min(spec.find(',', at), spec.size());
@@ -126,8 +131,7 @@ inline kv_data load_workload(std::string_view spec) {
     at = end + 1;
   }
   if (parts.front().empty()) throw error(where + ": no model path after 'model:'");
-  std::optional<std::filesystem::path> text, tokenizer_file;
-  std::optional<std::size_t> count;
+  model_data_request request{.model = parts.front()};
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const auto equals = parts[i].find('=');
     const std::string key = parts[i].substr(0, equals),
@@ -135,22 +139,33 @@ inline kv_data load_workload(std::string_view spec) {
     if (equals == std::string::npos || value.empty())
       throw error(where + ": part '" + parts[i] + "' is not key=value (keys: text, tokens, tokenizer)");
     if (key == "text")
-      text = value;
+      request.text = value;
     else if (key == "tokenizer")
-      tokenizer_file = value;
+      request.tokenizer = value;
     else if (key == "tokens")
-      count = parse_number<std::size_t>(value, where + ", tokens");
+      request.tokens = parse_number<std::size_t>(value, where + ", tokens");
     else
       throw error(where + ": unknown key '" + key + "'; allowed: text, tokens, tokenizer");
   }
-  if (!text) throw error(where + ": text=FILE is missing (the text the model reads)");
-  const model m = load_model(parts.front(), tokenizer_file);
-  const std::vector<std::int32_t> tokens = m.tokenizer->encode(read_whole_file(*text), m.tokenizer->add_bos());
+  // A given text is never empty (empty values are refused above).
+  if (request.text.empty()) throw error(where + ": text=FILE is missing (the text the model reads)");
+  return request;
+}
+
+// The workload a data spec names: `model:PATH,text=FILE[,tokens=N][,tokenizer=FILE]` runs the
+// model over the first N tokens of the text (default: as many as the text gives, up to the
+// model's context, or 4096) and hands over its real keys, values and queries (capture_kv);
+// every other spec goes to load_data.
+inline kv_data load_workload(std::string_view spec) {
+  if (!spec.starts_with("model:")) return load_data(spec);
+  const model_data_request request = parse_model_data_spec(spec);
+  const model m = load_model(request.model, request.tokenizer);
+  const std::vector<std::int32_t> tokens = m.tokenizer->encode(read_whole_file(request.text), m.tokenizer->add_bos());
   const std::size_t limit = m.config.context != 0 ? m.config.context : 4096;
-  if (count && *count > tokens.size())
-    throw error(where + ": tokens=" + std::to_string(*count) + " but '" + text->string() + "' gives " +
-                std::to_string(tokens.size()) + " tokens");
-  const std::size_t n = count.value_or(std::min(tokens.size(), limit));
+  if (request.tokens && *request.tokens > tokens.size())
+    throw error("data spec '" + std::string(spec) + "': tokens=" + std::to_string(*request.tokens) + " but '" +
+                request.text.string() + "' gives " + std::to_string(tokens.size()) + " tokens");
+  const std::size_t n = request.tokens.value_or(std::min(tokens.size(), limit));
   return capture_kv(m.config, m.weights, std::span(tokens).first(n), std::string(spec)).data;
 }
 

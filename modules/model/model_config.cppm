@@ -69,18 +69,16 @@ inline std::optional<std::size_t> checked_product(std::size_t a, std::size_t b) 
   return a * b;
 }
 
-} // namespace detail
-
-// Number of float parameters a checked configuration holds (for size checks against files);
-// in double, an estimate that cannot overflow for any declared sizes.
-template <class Number = std::size_t>
-Number parameter_count(const model_config& c) {
-  const auto n = [](std::size_t size) { return static_cast<Number>(size); };
-  const Number q = n(c.heads) * n(c.head_dim), kv = n(c.kv_heads) * n(c.head_dim), hidden = n(c.hidden);
-  Number per_layer = 2 * hidden + q * hidden + 2 * kv * hidden + hidden * q + 3 * n(c.ffn) * hidden;
+template <class Count>
+Count parameter_count_as(const model_config& c) {
+  const auto count = [](std::size_t size) { return static_cast<Count>(size); };
+  const Count d = count(c.hidden), q = count(c.heads) * count(c.head_dim), kv = count(c.kv_heads) * count(c.head_dim);
+  Count per_layer = 2 * d + q * d + 2 * kv * d + d * q + 3 * count(c.ffn) * d;
   if (c.qkv_bias) per_layer += q + 2 * kv;
-  return n(c.vocab) * hidden * (c.tied_output ? 1 : 2) + n(c.layers) * per_layer + hidden;
+  return count(c.vocab) * d * (c.tied_output ? 1 : 2) + count(c.layers) * per_layer + d;
 }
+
+} // namespace detail
 
 // Checks a configuration a file declared before anything is allocated for it: every size
 // positive, heads a multiple of kv_heads, head_dim even (RoPE rotates pairs), and the
@@ -106,8 +104,16 @@ inline void check_model_config(const model_config& c, const std::string& where) 
   const auto q = detail::checked_product(c.heads, c.head_dim);
   if (!embedding || !q || *embedding > limit || *q > limit)
     throw fail("the declared sizes give more than 2^40 parameters per matrix (a corrupt header?)");
-  require_memory(4.0 * parameter_count<double>(c), where + ": the weights in float32", "use a smaller model");
+  // Counted in floating point, which cannot wrap around: in 64-bit integers, sizes a corrupt
+  // header chose could wrap the count to the size of a tiny file that then passes for the model.
+  if (detail::parameter_count_as<double>(c) > static_cast<double>(limit))
+    throw fail("the declared sizes give more than 2^40 parameters in all (a corrupt header?)");
+  require_memory(4.0 * detail::parameter_count_as<double>(c), where + ": the weights in float32",
+                 "use a smaller model");
 }
+
+// Number of float parameters a checked configuration holds (for size checks against files).
+inline std::size_t parameter_count(const model_config& c) { return detail::parameter_count_as<std::size_t>(c); }
 
 // Checks that every weight has the size the configuration gives it (a loader's last step).
 inline void check_model_weights(const model_config& c, const model_weights& w, const std::string& where) {

@@ -618,7 +618,9 @@ private:
     std::ranges::push_heap(work.heap, detail::bpe_candidate_order{});
   }
 
-  bool merges_by_rank() const noexcept { return !vocab_.merges.empty(); }
+  // Byte-level BPE (GPT-2's, HF's) only ever merges by rank, so without merges it merges nothing;
+  // its vocabularies have no scores to merge by.
+  bool merges_by_rank() const noexcept { return vocab_.model == tokenizer_model::byte_level || !vocab_.merges.empty(); }
 
   // Merges the best pair until no pair can merge, with a priority queue of candidates (stale ones
   // skipped when popped): O(n log n) instead of run.c's rescan of every pair after every merge,
