@@ -15,7 +15,6 @@ module;
 #include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -110,47 +109,6 @@ inline constexpr std::size_t safetensors_max_json_depth = 32;
 
 inline error safetensors_error(const std::filesystem::path& file, const std::string& problem) {
   return error("safetensors file '" + file.string() + "': " + problem);
-}
-
-// Position of the first byte that does not start well-formed UTF-8 (RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or nothing if all of `text` is UTF-8.
-inline std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    unsigned char second_low = 0x80, second_high = 0xbf; // the range the byte after `lead` may take
-    if (lead >= 0xc2 && lead <= 0xdf) {
-      length = 2;
-    } else if (lead == 0xe0) {
-      length = 3, second_low = 0xa0;
-    } else if (lead == 0xed) {
-      length = 3, second_high = 0x9f;
-    } else if (lead >= 0xe1 && lead <= 0xef) {
-      length = 3;
-    } else if (lead == 0xf0) {
-      length = 4, second_low = 0x90;
-    } else if (lead >= 0xf1 && lead <= 0xf3) {
-      length = 4;
-    } else if (lead == 0xf4) {
-      length = 4, second_high = 0x8f;
-    } else {
-      return i;
-    }
-    if (text.size() - i < length) return i;
-    const auto second = static_cast<unsigned char>(text[i + 1]);
-    if (second < second_low || second > second_high) return i;
-    for (std::size_t k = 2; k < length; ++k) {
-      const auto continuation = static_cast<unsigned char>(text[i + k]);
-      if (continuation < 0x80 || continuation > 0xbf) return i;
-    }
-    i += length;
-  }
-  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -732,7 +690,7 @@ inline safetensors_index read_safetensors_index(std::ifstream& in, const std::fi
                                       " bytes follow the 8-byte length field (is the file truncated?)");
   std::string header(static_cast<std::size_t>(header_bytes), '\0');
   detail::read_safetensors_bytes(in, header.data(), header.size(), file, "the header");
-  if (const auto bad = detail::first_invalid_utf8(header))
+  if (const auto bad = first_invalid_utf8(header))
     throw safetensors_error(file, "the header is not valid UTF-8: byte " + std::to_string(*bad) + " (file offset " +
                                       std::to_string(*bad + length_field_bytes) + ") starts no valid character");
 
