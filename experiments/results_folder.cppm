@@ -9,7 +9,6 @@ module;
 #include <cerrno>
 #include <charconv>
 #include <climits>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -93,11 +92,11 @@ inline std::string cell_named_by(const json_value& provenance) {
   const auto* recipe = provenance.find("recipe");
   const auto* data = provenance.find("data");
   const auto* seed = provenance.find("seed");
-  const bool whole_seed = seed && seed->is_number() && seed->number() >= 0 && seed->number() < 0x1p64 &&
-                          std::trunc(seed->number()) == seed->number();
+  // Exactly: a seed past 2^53 has no double of its own.
+  const auto whole_seed = seed ? seed->integer<std::uint64_t>() : std::nullopt;
   if (!recipe || !recipe->is_string() || !data || !data->is_string() || !whole_seed)
     throw error("provenance.json names no cell (no \"cell\", nor recipe, data and seed)");
-  return cell_folder_name(recipe->string(), data->string(), static_cast<std::uint64_t>(seed->number()));
+  return cell_folder_name(recipe->string(), data->string(), *whole_seed);
 }
 
 } // namespace detail

@@ -180,18 +180,7 @@ BOOST_AUTO_TEST_CASE(pareto_front_keeps_exactly_the_undominated_points) {
   BOOST_CHECK_THROW(kvlab::scatter_svg({}, "x", "y", "t"), kvlab::error);
 }
 
-BOOST_AUTO_TEST_CASE(json_reader_reads_what_kvlab_writes_and_rejects_malformed_text) {
-  const auto v = kvlab::parse_json(R"({"a": [1, -2.5e3, true, null], "s": "x\"\u00e9", "o": {}})", "test");
-  BOOST_TEST(v.find("a")->array()[1].number() == -2500.0);
-  BOOST_TEST(v.find("s")->string() == "x\"\xc3\xa9");
-  BOOST_TEST(v.find("o")->object().empty());
-  BOOST_TEST(kvlab::parse_json(R"("\ud83d\ude00")", "test").string() == "\xf0\x9f\x98\x80"); // one emoji, 4 bytes
-  BOOST_CHECK_THROW(kvlab::parse_json(R"("\ud83d")", "test"), kvlab::error);
-  for (const char* bad : {"{", "{\"a\" 1}", "[1,]", "{\"a\":1,\"a\":2}", "\"\\q\"", "[1] x", "nul"})
-    BOOST_CHECK_THROW(kvlab::parse_json(bad, "test"), kvlab::error);
-}
-
-// The two JSON readers (result files, safetensors headers) share these.
+// The JSON reader and the tokenizers share these.
 BOOST_AUTO_TEST_CASE(utf8_encodes_each_length_at_its_boundaries_and_hex_digits_read_either_case) {
   const std::pair<std::uint32_t, std::string> cases[] = {{0x0, std::string(1, '\0')},
                                                          {0x7f, "\x7f"},

@@ -4,6 +4,7 @@ export module kvlab.core;
 export import :errors;
 export import :numeric;
 export import :text;
+export import :json;
 export import :memory;
 export import :mapped_file;
 export import :durable_file;

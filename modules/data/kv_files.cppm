@@ -13,10 +13,7 @@ module;
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
 #include <limits>
-#include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -104,303 +101,64 @@ inline kv_tensor load_npy_dump_tensor(const std::filesystem::path& dir, std::str
 inline constexpr std::uint64_t safetensors_max_header_bytes = 100'000'000;
 // The bytes before the header: its length N as a little-endian u64.
 inline constexpr std::uint64_t safetensors_length_field_bytes = 8;
-// A valid header nests three deep (root, tensor entry, shape); the bound keeps "[[[[..." from
-// exhausting the stack of the recursive parser.
-inline constexpr std::size_t safetensors_max_json_depth = 32;
-
 inline error safetensors_error(const std::filesystem::path& file, const std::string& problem) {
   return error("safetensors file '" + file.string() + "': " + problem);
-}
-
-// Position of the first byte that does not start well-formed UTF-8 (RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or nothing if all of `text` is UTF-8.
-inline std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    unsigned char second_low = 0x80, second_high = 0xbf; // the range the byte after `lead` may take
-    if (lead >= 0xc2 && lead <= 0xdf) {
-      length = 2;
-    } else if (lead == 0xe0) {
-      length = 3, second_low = 0xa0;
-    } else if (lead == 0xed) {
-      length = 3, second_high = 0x9f;
-    } else if (lead >= 0xe1 && lead <= 0xef) {
-      length = 3;
-    } else if (lead == 0xf0) {
-      length = 4, second_low = 0x90;
-    } else if (lead >= 0xf1 && lead <= 0xf3) {
-      length = 4;
-    } else if (lead == 0xf4) {
-      length = 4, second_high = 0x8f;
-    } else {
-      return i;
-    }
-    if (text.size() - i < length) return i;
-    const auto second = static_cast<unsigned char>(text[i + 1]);
-    if (second < second_low || second > second_high) return i;
-    for (std::size_t k = 2; k < length; ++k) {
-      const auto continuation = static_cast<unsigned char>(text[i + k]);
-      if (continuation < 0x80 || continuation > 0xbf) return i;
-    }
-    i += length;
-  }
-  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------
 // safetensors: the header's JSON (objects, arrays, strings, non-negative integers; nothing else)
 
-enum class header_json_kind { object, array, string, integer };
-
-inline std::string_view header_json_kind_name(header_json_kind kind) {
-  switch (kind) {
-  case header_json_kind::object: return "an object";
-  case header_json_kind::array: return "an array";
-  case header_json_kind::string: return "a string";
-  case header_json_kind::integer: return "an integer";
-  }
-  return "a value";
+inline error safetensors_header_error(const std::filesystem::path& file, std::size_t position,
+                                      const std::string& problem, const std::string& excerpt) {
+  return safetensors_error(file, "invalid JSON header at byte " + std::to_string(position) + " (file offset " +
+                                     std::to_string(position + safetensors_length_field_bytes) + "): " + problem +
+                                     "; the header there reads \"" + excerpt + "\"");
 }
 
-struct header_json_member;
-
-// One parsed value; `position` is its first byte in the header, for messages.
-struct header_json_value {
-  header_json_kind kind = header_json_kind::object;
-  std::size_t position = 0;
-  std::string text;                        // a string
-  std::uint64_t integer = 0;               // an integer
-  std::vector<header_json_value> elements; // an array
-  std::vector<header_json_member> members; // an object, in file order
-};
-
-struct header_json_member {
-  std::string key;
-  std::size_t position = 0;
-  header_json_value value;
-};
-
-// A strict recursive-descent parser (RFC 8259 grammar) for the subset of JSON a safetensors
-// header uses. Everything outside that subset is rejected with its byte position.
-class header_json_parser {
-public:
-  header_json_parser(std::string_view header, const std::filesystem::path& file) : text_(header), file_(file) {}
-
-  // The whole header: an object starting at the first byte (the format requires '{' there),
-  // then only whitespace (the reference writer pads with spaces to a multiple of 8 bytes).
-  header_json_value parse_header() {
-    if (text_.empty()) fail("the header is empty; expected a JSON object");
-    if (text_[0] != '{') fail("the header must begin with '{' (a JSON object), found " + describe_here());
-    header_json_value root = parse_object(1);
-    skip_whitespace();
-    if (position_ != text_.size())
-      fail("unexpected " + describe_here() + " after the header object (only whitespace may follow its '}')");
-    return root;
+// Shapes and offsets are the header's only numbers; any other value JSON allows is refused
+// where it stands, as the reference reader refuses it.
+inline void check_safetensors_header_values(const json_value& value, std::string_view header,
+                                            const std::filesystem::path& file) {
+  const auto fail = [&](const std::string& problem) {
+    throw safetensors_header_error(file, value.position, problem, printable(header.substr(value.position), 40));
+  };
+  if (value.is_bool() || value.is_null())
+    fail("the literal '" +
+         std::string(value.is_null()   ? "null"
+                     : value.boolean() ? "true"
+                                       : "false") +
+         "' is not allowed in a safetensors header, which holds only objects, arrays, strings and integers");
+  if (value.is_number()) {
+    const std::string& text = value.number_text();
+    if (text.starts_with('-'))
+      fail("negative numbers are not allowed in a safetensors header (shapes and offsets are >= 0)");
+    if (text.find_first_of(".eE") != std::string::npos)
+      fail("only whole numbers are allowed in a safetensors header, found a fraction or exponent");
+    if (!value.integer<std::uint64_t>()) fail("the integer " + text + " does not fit in 64 bits");
   }
+  if (value.is_array())
+    for (const json_value& element : value.array()) check_safetensors_header_values(element, header, file);
+  if (value.is_object())
+    for (const auto& [key, member] : value.object()) check_safetensors_header_values(member, header, file);
+}
 
-private:
-  bool at(char c) const { return position_ < text_.size() && text_[position_] == c; }
-  bool at_digit() const { return position_ < text_.size() && text_[position_] >= '0' && text_[position_] <= '9'; }
-
-  void skip_whitespace() {
-    while (position_ < text_.size() && std::string_view(" \t\n\r").find(text_[position_]) != std::string_view::npos)
-      ++position_;
+// The whole header: an object starting at the first byte (the format requires '{' there),
+// then only whitespace (the reference writer pads with spaces to a multiple of 8 bytes).
+inline json_value read_safetensors_header(std::string_view header, const std::filesystem::path& file) {
+  if (header.empty()) throw safetensors_header_error(file, 0, "the header is empty; expected a JSON object", "");
+  if (header[0] != '{')
+    throw safetensors_header_error(
+        file, 0, "the header must begin with '{' (a JSON object), found '" + printable(header.substr(0, 1)) + "'",
+        printable(header, 40));
+  json_value root;
+  try {
+    root = parse_json(header, "safetensors file '" + file.string() + "' header");
+  } catch (const json_error& not_json) {
+    throw safetensors_header_error(file, not_json.position(), not_json.problem(), not_json.excerpt());
   }
-
-  std::string describe_here() const {
-    if (position_ >= text_.size()) return "the end of the header";
-    return "'" + printable(text_.substr(position_, 1)) + "'";
-  }
-
-  // `depth` counts the containers around the value, the value's own included.
-  header_json_value parse_value(std::size_t depth) {
-    skip_whitespace();
-    if (position_ == text_.size()) fail("the header ends where a value was expected");
-    const char c = text_[position_];
-    if (c == '{' || c == '[') {
-      if (depth > safetensors_max_json_depth)
-        fail("objects and arrays nest deeper than " + std::to_string(safetensors_max_json_depth) +
-             " levels (a safetensors header needs 3)");
-      return c == '{' ? parse_object(depth) : parse_array(depth);
-    }
-    if (c == '"') {
-      header_json_value string{.kind = header_json_kind::string, .position = position_};
-      string.text = parse_string();
-      return string;
-    }
-    if (at_digit()) return parse_integer();
-    if (c == '-') fail("negative numbers are not allowed in a safetensors header (shapes and offsets are >= 0)");
-    for (const std::string_view literal : {"true", "false", "null"})
-      if (text_.substr(position_, literal.size()) == literal)
-        fail("the literal '" + std::string(literal) +
-             "' is not allowed in a safetensors header, which holds only objects, arrays, strings and integers");
-    fail("expected a value (object, array, string or integer), found " + describe_here());
-  }
-
-  header_json_value parse_object(std::size_t depth) {
-    header_json_value object{.kind = header_json_kind::object, .position = position_};
-    ++position_; // '{'
-    skip_whitespace();
-    if (at('}')) {
-      ++position_;
-      return object;
-    }
-    std::set<std::string> keys; // the format forbids duplicate keys; JSON itself does not
-    while (true) {
-      skip_whitespace();
-      if (!at('"'))
-        fail("expected a string key, found " + describe_here() + (at('}') ? " (a trailing comma is not JSON)" : ""));
-      const std::size_t key_position = position_;
-      std::string key = parse_string();
-      if (!keys.insert(key).second)
-        fail_at(key_position, "duplicate key \"" + printable(key) + "\" (the format forbids duplicate keys)");
-      skip_whitespace();
-      if (!at(':')) fail("expected ':' after the key \"" + printable(key) + "\", found " + describe_here());
-      ++position_;
-      header_json_value value = parse_value(depth + 1);
-      object.members.push_back({std::move(key), key_position, std::move(value)});
-      skip_whitespace();
-      if (at(',')) {
-        ++position_;
-      } else if (at('}')) {
-        ++position_;
-        return object;
-      } else {
-        fail("expected ',' or '}' after a member of an object, found " + describe_here());
-      }
-    }
-  }
-
-  header_json_value parse_array(std::size_t depth) {
-    header_json_value array{.kind = header_json_kind::array, .position = position_};
-    ++position_; // '['
-    skip_whitespace();
-    if (at(']')) {
-      ++position_;
-      return array;
-    }
-    while (true) {
-      skip_whitespace();
-      if (at(']')) fail("expected a value, found ']' (a trailing comma is not JSON)");
-      array.elements.push_back(parse_value(depth + 1));
-      skip_whitespace();
-      if (at(',')) {
-        ++position_;
-      } else if (at(']')) {
-        ++position_;
-        return array;
-      } else {
-        fail("expected ',' or ']' after an element of an array, found " + describe_here());
-      }
-    }
-  }
-
-  // The header was checked to be UTF-8 before parsing, so bytes >= 0x80 are copied as they are.
-  std::string parse_string() {
-    const std::size_t start = position_;
-    ++position_; // the opening '"'
-    std::string out;
-    while (true) {
-      if (position_ >= text_.size()) fail_at(start, "unterminated string");
-      const auto c = static_cast<unsigned char>(text_[position_]);
-      if (c == '"') {
-        ++position_;
-        return out;
-      }
-      if (c < 0x20) fail("control character " + printable(text_.substr(position_, 1)) + " in a string must be escaped");
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        ++position_;
-        continue;
-      }
-      if (position_ + 1 >= text_.size()) fail_at(start, "unterminated string");
-      const std::size_t escape_position = position_;
-      const char escaped = text_[position_ + 1];
-      position_ += 2;
-      switch (escaped) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'u': append_unicode_escape(out, escape_position); break;
-      default:
-        fail_at(escape_position, "invalid escape '\\" + printable(std::string_view(&escaped, 1)) +
-                                     "' (JSON allows \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
-      }
-    }
-  }
-
-  std::uint32_t parse_hex4(std::size_t escape_position) {
-    if (text_.size() - position_ < 4) fail_at(escape_position, "\\u must be followed by 4 hexadecimal digits");
-    std::uint32_t code = 0;
-    for (std::size_t i = 0; i < 4; ++i) {
-      const int digit = hex_digit_value(text_[position_ + i]);
-      if (digit < 0) fail_at(escape_position, "\\u must be followed by 4 hexadecimal digits");
-      code = code << 4 | static_cast<std::uint32_t>(digit);
-    }
-    position_ += 4;
-    return code;
-  }
-
-  // \uXXXX, with a UTF-16 surrogate pair for code points above U+FFFF, appended as UTF-8.
-  void append_unicode_escape(std::string& out, std::size_t escape_position) {
-    std::uint32_t code = parse_hex4(escape_position);
-    if (code >= 0xdc00 && code <= 0xdfff)
-      fail_at(escape_position, "\\u" + printable(text_.substr(escape_position + 2, 4)) +
-                                   " is a low surrogate without a high surrogate before it");
-    if (code >= 0xd800 && code <= 0xdbff) {
-      if (text_.substr(position_, 2) != "\\u")
-        fail_at(escape_position, "\\u" + printable(text_.substr(escape_position + 2, 4)) +
-                                     " is a high surrogate not followed by a low surrogate \\uDC00..\\uDFFF");
-      position_ += 2;
-      const std::uint32_t low = parse_hex4(escape_position);
-      if (low < 0xdc00 || low > 0xdfff)
-        fail_at(escape_position, "\\u" + printable(text_.substr(escape_position + 2, 4)) +
-                                     " is a high surrogate not followed by a low surrogate \\uDC00..\\uDFFF");
-      code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-    }
-    append_utf8(out, code);
-  }
-
-  header_json_value parse_integer() {
-    header_json_value number{.kind = header_json_kind::integer, .position = position_};
-    const std::size_t start = position_;
-    while (at_digit()) ++position_;
-    const std::string_view digits = text_.substr(start, position_ - start);
-    if (digits.size() > 1 && digits[0] == '0') fail_at(start, "leading zeros are not allowed in JSON numbers");
-    if (at('.') || at('e') || at('E'))
-      fail_at(start, "only whole numbers are allowed in a safetensors header, found a fraction or exponent");
-    for (const char digit : digits) {
-      const auto value = static_cast<std::uint64_t>(digit - '0');
-      if (number.integer > (std::numeric_limits<std::uint64_t>::max() - value) / 10)
-        fail_at(start, "the integer " + std::string(digits) + " does not fit in 64 bits");
-      number.integer = number.integer * 10 + value;
-    }
-    return number;
-  }
-
-  [[noreturn]] void fail(const std::string& problem) const { fail_at(position_, problem); }
-  [[noreturn]] void fail_at(std::size_t position, const std::string& problem) const {
-    throw safetensors_error(file_, "invalid JSON header at byte " + std::to_string(position) + " (file offset " +
-                                       std::to_string(position + safetensors_length_field_bytes) + "): " + problem +
-                                       "; the header there reads \"" +
-                                       printable(text_.substr(std::min(position, text_.size())), 40) + "\"");
-  }
-
-  std::string_view text_;
-  std::filesystem::path file_;
-  std::size_t position_ = 0;
-};
+  check_safetensors_header_values(root, header, file);
+  return root;
+}
 
 // ---------------------------------------------------------------------------------------------
 // safetensors: tensor entries and the data layout
@@ -420,70 +178,61 @@ inline std::string safetensors_offsets_text(const safetensors_entry& entry) {
   return "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
 }
 
-// {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, checked field by field.
-inline safetensors_entry safetensors_entry_of(const header_json_member& member, const std::filesystem::path& file) {
-  const std::string label = safetensors_tensor_label(member.key);
+// {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, checked field by field; the
+// header's numbers were checked to be 64-bit integers (check_safetensors_header_values).
+inline safetensors_entry safetensors_entry_of(const std::string& name, const json_value& value,
+                                              const std::filesystem::path& file) {
+  const std::string label = safetensors_tensor_label(name);
   const auto fail = [&](const std::string& problem) -> error {
-    return safetensors_error(file, label + " (header byte " + std::to_string(member.position) + "): " + problem);
+    return safetensors_error(file, label + " (header byte " + std::to_string(value.position) + "): " + problem);
   };
-  if (member.value.kind != header_json_kind::object)
-    throw fail("expected an object {\"dtype\", \"shape\", \"data_offsets\"}, found " +
-               std::string(header_json_kind_name(member.value.kind)));
-  const header_json_value *dtype = nullptr, *shape = nullptr, *offsets = nullptr;
-  for (const auto& field : member.value.members) {
-    if (field.key == "dtype") {
-      dtype = &field.value;
-    } else if (field.key == "shape") {
-      shape = &field.value;
-    } else if (field.key == "data_offsets") {
-      offsets = &field.value;
-    } else {
-      throw fail("unknown field \"" + printable(field.key) + "\"; a tensor entry has dtype, shape and data_offsets");
-    }
-  }
+  if (!value.is_object())
+    throw fail("expected an object {\"dtype\", \"shape\", \"data_offsets\"}, found " + std::string(value.kind_name()));
+  for (const auto& [field, ignored] : value.object())
+    if (field != "dtype" && field != "shape" && field != "data_offsets")
+      throw fail("unknown field \"" + printable(field) + "\"; a tensor entry has dtype, shape and data_offsets");
+  const json_value *dtype = value.find("dtype"), *shape = value.find("shape"), *offsets = value.find("data_offsets");
   if (!dtype) throw fail("the field \"dtype\" is missing");
   if (!shape) throw fail("the field \"shape\" is missing");
   if (!offsets) throw fail("the field \"data_offsets\" is missing");
-  if (dtype->kind != header_json_kind::string)
-    throw fail("\"dtype\" must be a string such as \"F32\", found " + std::string(header_json_kind_name(dtype->kind)));
+  if (!dtype->is_string())
+    throw fail("\"dtype\" must be a string such as \"F32\", found " + std::string(dtype->kind_name()));
 
-  safetensors_entry entry{.name = member.key, .dtype = dtype->text};
-  if (shape->kind != header_json_kind::array)
-    throw fail("\"shape\" must be an array of integers, found " + std::string(header_json_kind_name(shape->kind)));
-  for (const auto& dimension : shape->elements) {
-    if (dimension.kind != header_json_kind::integer)
-      throw fail("\"shape\" must be an array of integers, found " + std::string(header_json_kind_name(dimension.kind)) +
-                 " in it");
-    if (dimension.integer > std::numeric_limits<std::size_t>::max())
-      throw fail("dimension " + std::to_string(dimension.integer) + " does not fit in std::size_t");
-    entry.shape.push_back(static_cast<std::size_t>(dimension.integer));
+  safetensors_entry entry{.name = name, .dtype = dtype->string()};
+  if (!shape->is_array())
+    throw fail("\"shape\" must be an array of integers, found " + std::string(shape->kind_name()));
+  for (const auto& dimension : shape->array()) {
+    if (!dimension.is_number())
+      throw fail("\"shape\" must be an array of integers, found " + std::string(dimension.kind_name()) + " in it");
+    const auto size = dimension.integer<std::size_t>();
+    if (!size) throw fail("dimension " + dimension.number_text() + " does not fit in std::size_t");
+    entry.shape.push_back(*size);
   }
-  const bool offsets_are_a_pair = offsets->kind == header_json_kind::array && offsets->elements.size() == 2 &&
-                                  offsets->elements[0].kind == header_json_kind::integer &&
-                                  offsets->elements[1].kind == header_json_kind::integer;
+  const bool offsets_are_a_pair = offsets->is_array() && offsets->array().size() == 2 &&
+                                  offsets->array()[0].is_number() && offsets->array()[1].is_number();
   if (!offsets_are_a_pair) throw fail("\"data_offsets\" must be an array of two integers [begin, end]");
-  entry.begin = offsets->elements[0].integer;
-  entry.end = offsets->elements[1].integer;
+  entry.begin = offsets->array()[0].integer<std::uint64_t>().value();
+  entry.end = offsets->array()[1].integer<std::uint64_t>().value();
   if (entry.begin > entry.end) throw fail("data_offsets " + safetensors_offsets_text(entry) + " end before they begin");
   return entry;
 }
 
-// The tensor entries of the header; "__metadata__" must map strings to strings and is skipped.
-inline std::vector<safetensors_entry> safetensors_entries(const header_json_value& root,
-                                                          const std::filesystem::path& file) {
+// The tensor entries of the header, by name; "__metadata__" must map strings to strings and
+// is skipped.
+inline std::vector<safetensors_entry> safetensors_entries(const json_value& root, const std::filesystem::path& file) {
   std::vector<safetensors_entry> entries;
-  for (const auto& member : root.members) {
-    if (member.key != "__metadata__") {
-      entries.push_back(safetensors_entry_of(member, file));
+  for (const auto& [name, value] : root.object()) {
+    if (name != "__metadata__") {
+      entries.push_back(safetensors_entry_of(name, value, file));
       continue;
     }
-    if (member.value.kind != header_json_kind::object)
-      throw safetensors_error(file, "\"__metadata__\" must be an object of strings, found " +
-                                        std::string(header_json_kind_name(member.value.kind)));
-    for (const auto& field : member.value.members)
-      if (field.value.kind != header_json_kind::string)
-        throw safetensors_error(file, "\"__metadata__\" must map strings to strings, but \"" + printable(field.key) +
-                                          "\" holds " + std::string(header_json_kind_name(field.value.kind)));
+    if (!value.is_object())
+      throw safetensors_error(file,
+                              "\"__metadata__\" must be an object of strings, found " + std::string(value.kind_name()));
+    for (const auto& [key, field] : value.object())
+      if (!field.is_string())
+        throw safetensors_error(file, "\"__metadata__\" must map strings to strings, but \"" + printable(key) +
+                                          "\" holds " + std::string(field.kind_name()));
   }
   return entries;
 }
@@ -732,11 +481,7 @@ inline safetensors_index read_safetensors_index(std::ifstream& in, const std::fi
                                       " bytes follow the 8-byte length field (is the file truncated?)");
   std::string header(static_cast<std::size_t>(header_bytes), '\0');
   detail::read_safetensors_bytes(in, header.data(), header.size(), file, "the header");
-  if (const auto bad = detail::first_invalid_utf8(header))
-    throw safetensors_error(file, "the header is not valid UTF-8: byte " + std::to_string(*bad) + " (file offset " +
-                                      std::to_string(*bad + length_field_bytes) + ") starts no valid character");
-
-  const detail::header_json_value root = detail::header_json_parser(header, file).parse_header();
+  const json_value root = detail::read_safetensors_header(header, file);
   safetensors_index index{.entries = detail::safetensors_entries(root, file),
                           .data_start = length_field_bytes + header_bytes};
   detail::check_safetensors_layout(index.entries, file_bytes - index.data_start, file);

@@ -72,24 +72,6 @@ inline std::string shape_repr(std::span<const std::size_t> shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-// Bytes shown in messages: printable ASCII as is, the rest as \xNN, cut after `limit` bytes.
-inline std::string printable(std::string_view bytes, std::size_t limit = 160) {
-  std::string text;
-  for (std::size_t i = 0; i < bytes.size() && i < limit; ++i) {
-    const auto byte = static_cast<unsigned char>(bytes[i]);
-    if (byte >= 0x20 && byte < 0x7f && byte != '\\') {
-      text += static_cast<char>(byte);
-    } else {
-      constexpr std::string_view hex = "0123456789abcdef";
-      text += "\\x";
-      text += hex[byte >> 4];
-      text += hex[byte & 0xf];
-    }
-  }
-  if (bytes.size() > limit) text += "...";
-  return text;
-}
-
 inline error npy_error(const std::filesystem::path& file, const std::string& problem) {
   return error("npy file '" + file.string() + "': " + problem);
 }

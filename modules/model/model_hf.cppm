@@ -23,7 +23,6 @@ export module kvlab.model:hf;
 import kvlab.core;
 import kvlab.npy;
 import kvlab.data.files;
-import kvlab.report;
 import :config;
 
 export namespace kvlab {

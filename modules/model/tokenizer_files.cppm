@@ -24,7 +24,6 @@ module;
 export module kvlab.tokenizer:files;
 import kvlab.core;
 import kvlab.npy;
-import kvlab.report;
 import :core;
 
 export namespace kvlab {

@@ -13,7 +13,6 @@ module;
 #include <vector>
 
 export module kvlab.report;
-export import :json;
 export import :plot;
 import kvlab.core;
 
