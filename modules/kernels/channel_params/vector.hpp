@@ -1,10 +1,11 @@
 // Per-channel parameters (KIVI's keys, arXiv 2402.02750 section 3.2: a scale and a zero per
 // channel for a block of tokens) folded into the queries, q . (s * level + z) = (q * s) .
 // level + q . z, and whole streams of such blocks. The scalar reference is
-// kernels_scalar.hpp's fold_channel_params and dot_channel_blocks; AVX-512 runs bare 2- and
-// 4-bit rows through token lanes (token_lanes/avx512.hpp).
+// reference.hpp here; AVX-512 runs bare 2- and 4-bit rows through token lanes
+// (token_lanes/avx512.hpp).
 #pragma once
 #include "../records/runs.hpp"
+#include "reference.hpp"
 
 namespace kvlab::kernels::simd {
 

@@ -1,9 +1,9 @@
 // Bit-packed codes against one query or accumulator: level lookups (codebooks such as nf4,
 // lloyd<b>), raw codes (affine grids int<b>, uint<b>, whose offset, scale and zero the
-// caller folds in once per group) and decoding. The scalar reference is kernels_scalar.hpp's
-// dot_codes, axpy_codes, dot_raw_codes, axpy_raw_codes and decode_codes.
+// caller folds in once per group) and decoding. The scalar reference is reference.hpp here.
 #pragma once
 #include "../vector/basics.hpp"
+#include "reference.hpp"
 
 namespace kvlab::kernels::simd {
 

@@ -23,21 +23,14 @@ constexpr record_path<axpy_records_kernel> axpy_paths[] = {
     {"f32, f16 and bf16 rows", rows_of_floats, &axpy_rows},
     {"2-, 4- and 8-bit codes in channel lanes", codes_in_channel_lanes, &axpy_coded}};
 
-void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
-                 std::size_t count, float* scores, std::size_t stride) noexcept {
-  first_serving(dot_paths, f, heads, dot_records_kernel{&scalar::dot_records})(f, queries, heads, records, count,
-                                                                               scores, stride);
-}
-void axpy_records(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
-                  const std::uint8_t* records, std::size_t count, float* acc) noexcept {
-  first_serving(axpy_paths, f, heads, axpy_records_kernel{&scalar::axpy_records})(f, weights, stride, heads, records,
-                                                                                  count, acc);
-}
+constexpr dot_records_kernel dot_records = &dot_records_over<dot_paths, &scalar::dot_records>;
+constexpr axpy_records_kernel axpy_records = &axpy_records_over<axpy_paths, &scalar::axpy_records>;
+
 void dot_channel_blocks(const record_format& f, const channel_block* blocks, std::size_t count, unsigned per_channel,
                         bool params_f32, const float* queries, std::size_t heads, float* scores,
                         std::size_t stride) noexcept {
   simd::channel_param_kernels<arch>::dot_channel_blocks(f, blocks, count, per_channel, params_f32, queries, heads,
-                                                        scores, stride, &dot_records);
+                                                        scores, stride, dot_records);
 }
 } // namespace
 } // namespace avx2
@@ -45,8 +38,8 @@ void dot_channel_blocks(const record_format& f, const channel_block* blocks, std
 const kernel_table& avx2_kernels() noexcept {
   static constexpr kernel_table table = [] {
     kernel_table table = simd::table_of_families<avx2::arch>(isa::avx2);
-    table.dot_records = &avx2::dot_records;
-    table.axpy_records = &avx2::axpy_records;
+    table.dot_records = avx2::dot_records;
+    table.axpy_records = avx2::axpy_records;
     table.dot_channel_blocks = &avx2::dot_channel_blocks;
     return table;
   }();

@@ -38,21 +38,10 @@ constexpr record_path<dot_records_kernel> vnni_dot_paths[] = {
     {"affine 4- and 8-bit codes with per-token parameters by integer dot products", codes_by_integer_dots,
      &dot_integer}};
 
-void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
-                 std::size_t count, float* scores, std::size_t stride) noexcept {
-  first_serving(dot_paths, f, heads, dot_records_kernel{&scalar::dot_records})(f, queries, heads, records, count,
-                                                                               scores, stride);
-}
-void dot_records_vnni(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
-                      std::size_t count, float* scores, std::size_t stride) noexcept {
-  first_serving(vnni_dot_paths, f, heads, dot_records_kernel{&dot_records})(f, queries, heads, records, count, scores,
-                                                                            stride);
-}
-void axpy_records(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
-                  const std::uint8_t* records, std::size_t count, float* acc) noexcept {
-  first_serving(axpy_paths, f, heads, axpy_records_kernel{&scalar::axpy_records})(f, weights, stride, heads, records,
-                                                                                  count, acc);
-}
+constexpr dot_records_kernel dot_records = &dot_records_over<dot_paths, &scalar::dot_records>;
+constexpr dot_records_kernel dot_records_vnni = &dot_records_over<vnni_dot_paths, dot_records>;
+constexpr axpy_records_kernel axpy_records = &axpy_records_over<axpy_paths, &scalar::axpy_records>;
+
 // Bare 2- and 4-bit rows in token lanes, the rest block by block through dot_records.
 void dot_channel_blocks(const record_format& f, const channel_block* blocks, std::size_t count, unsigned per_channel,
                         bool params_f32, const float* queries, std::size_t heads, float* scores,
@@ -60,13 +49,13 @@ void dot_channel_blocks(const record_format& f, const channel_block* blocks, std
   if (simd::token_lane_kernels::serves_channel_blocks(f))
     return dot_channel_blocks_in_token_lanes(f, blocks, count, per_channel, params_f32, queries, heads, scores, stride);
   simd::channel_param_kernels<arch>::dot_channel_blocks(f, blocks, count, per_channel, params_f32, queries, heads,
-                                                        scores, stride, &dot_records);
+                                                        scores, stride, dot_records);
 }
 
 constexpr kernel_table table_for(isa instruction_set) noexcept {
   kernel_table table = simd::table_of_families<arch>(instruction_set);
-  table.dot_records = instruction_set == isa::avx512_vnni ? &dot_records_vnni : &dot_records;
-  table.axpy_records = &axpy_records;
+  table.dot_records = instruction_set == isa::avx512_vnni ? dot_records_vnni : dot_records;
+  table.axpy_records = axpy_records;
   table.dot_channel_blocks = &dot_channel_blocks;
   return table;
 }

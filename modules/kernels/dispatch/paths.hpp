@@ -32,6 +32,17 @@ Kernel first_serving(const record_path<Kernel> (&paths)[N], const record_format&
     if (path.serves(f, heads)) return *path.kernel;
   return otherwise;
 }
+// dot_records and axpy_records over a table of paths, `Otherwise` where none serves.
+template <const auto& Paths, dot_records_kernel Otherwise>
+void dot_records_over(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
+                      std::size_t count, float* scores, std::size_t stride) noexcept {
+  first_serving(Paths, f, heads, Otherwise)(f, queries, heads, records, count, scores, stride);
+}
+template <const auto& Paths, axpy_records_kernel Otherwise>
+void axpy_records_over(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
+                       const std::uint8_t* records, std::size_t count, float* acc) noexcept {
+  first_serving(Paths, f, heads, Otherwise)(f, weights, stride, heads, records, count, acc);
+}
 } // namespace
 
 namespace avx2 {

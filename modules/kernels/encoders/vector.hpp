@@ -1,9 +1,9 @@
 // Group statistics and encoders: absmax and min/max for fitting parameters, uniform grids
 // (int<b>, uint<b>) and sorted codebooks (nf4, lloyd<b>) into bit-packed codes, and the
-// fused per-token record encoder. The scalar reference is kernels_scalar.hpp's absmax,
-// min_max, encode_uniform, encode_nearest and encode_uniform_record.
+// fused per-token record encoder. The scalar reference is reference.hpp here.
 #pragma once
 #include "../vector/basics.hpp"
+#include "reference.hpp"
 
 namespace kvlab::kernels::simd {
 

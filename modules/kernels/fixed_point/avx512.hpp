@@ -1,8 +1,8 @@
 // Values of 2- and 4-bit codes in fixed point (AVX-512 VNNI and VBMI): the isa::avx512_vnni
-// table's axpy_records_fixed. The scalar reference is kernels_scalar.hpp's
-// axpy_records_fixed.
+// table's axpy_records_fixed. The scalar reference is reference.hpp here.
 #pragma once
 #include "../token_lanes/columns_avx512.hpp"
+#include "reference.hpp"
 
 namespace kvlab::kernels::simd {
 

@@ -1,10 +1,10 @@
 // Runs of coded records (2-, 4- and 8-bit affine or table codes, parameters per group) for
 // the heads of a GQA group, in channel lanes: every ISA's kernels for the formats that
 // vector_records accepts. On AVX-512, fp8 table codes in pairs of 32 go to
-// fp8/pairs_avx512.hpp first. The scalar reference is kernels_scalar.hpp's dot_records and
-// axpy_records.
+// fp8/pairs_avx512.hpp first. The scalar reference is reference.hpp here.
 #pragma once
-#include "../records/runs.hpp"
+#include "reference.hpp"
+#include "runs.hpp"
 
 namespace kvlab::kernels::simd {
 

@@ -1,8 +1,10 @@
 // Rows of raw floats (f32, IEEE f16, bf16): one row's dot and axpy, runs of rows for the
 // heads of a GQA group, and fp16 conversions of float rows. The scalar reference is
-// kernels_scalar.hpp's dot_row, axpy_row, dot_records and axpy_records.
+// reference.hpp here (runs of rows: records/reference.hpp).
 #pragma once
+#include "../records/reference.hpp"
 #include "../records/runs.hpp"
+#include "reference.hpp"
 
 namespace kvlab::kernels::simd {
 

@@ -1,7 +1,8 @@
 // Softmax over a row of scores in place, returning its log-sum-exp. The scalar reference
-// is kernels_scalar.hpp's softmax.
+// is reference.hpp here.
 #pragma once
 #include "../vector/basics.hpp"
+#include "reference.hpp"
 
 namespace kvlab::kernels::simd {
 

@@ -1,5 +1,7 @@
 // What AVX-512 (F, BW, DQ, VL) does its own way: 16 lanes, vpermps over 16 entries,
 // masks, vrangeps and vreduceps, fp16 conversions of whole vectors, and the fp8 decoder.
+// Written in intrinsics: xsimd 8.1 has none of these, and its AVX-512 fused multiply-add is
+// a multiply then an add.
 #pragma once
 #include "../fp8/decode_avx512.hpp"
 #include "basics.hpp"

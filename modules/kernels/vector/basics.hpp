@@ -6,7 +6,7 @@
 #pragma once
 #include "../fp8/layout.hpp"
 #include "../kernels.hpp"
-#include "../kernels_scalar.hpp"
+#include "../rows/reference.hpp"
 
 #include <algorithm>
 #include <array>
