@@ -106,22 +106,36 @@ struct options {
     if (found == values.end()) throw kvlab::error("missing " + key);
     return found->second;
   }
+  std::string value_or(const std::string& key, const std::string& fallback) const {
+    return has(key) ? required(key) : fallback;
+  }
+  std::optional<std::filesystem::path> path_if_given(const std::string& key) const {
+    return has(key) ? std::optional<std::filesystem::path>(required(key)) : std::nullopt;
+  }
+  // The value of `key` as a number of type T, or `fallback` when it is not given.
+  template <class T>
+  T number_or(const std::string& key, T fallback) const {
+    return has(key) ? kvlab::parse_number<T>(required(key), key) : fallback;
+  }
+  // For subcommands that take options only.
+  void no_positional() const {
+    if (!positional.empty()) throw kvlab::error("unexpected argument '" + positional.front() + "'");
+  }
 };
 
 // --threads N (capped at the CPUs this process may use, with a note) or --threads all.
 unsigned threads(const options& opts, const std::string& fallback) {
-  return kvlab::thread_count(opts.has("--threads") ? opts.required("--threads") : fallback, "--threads", std::clog);
+  return kvlab::thread_count(opts.value_or("--threads", fallback), "--threads", std::clog);
 }
 
 int eval_command(int argc, char** argv) {
   const options opts(argc, argv, {"--recipe", "--data", "--decode-steps"}, {"--json"});
-  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  opts.no_positional();
   const auto& components = kvlab::builtin_registry();
   const kvlab::recipe recipe = kvlab::parse_recipe(opts.required("--recipe"), components);
   const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
   kvlab::eval_options eval;
-  if (opts.has("--decode-steps"))
-    eval.decode_steps = kvlab::parse_number<std::size_t>(opts.required("--decode-steps"), "--decode-steps");
+  eval.decode_steps = opts.number_or("--decode-steps", eval.decode_steps);
   const auto result = kvlab::evaluate(recipe, data, components, eval);
   if (opts.has("--json")) {
     std::cout << kvlab::to_json(result) << "\n";
@@ -191,8 +205,7 @@ int plot_command(int argc, char** argv) {
   const options opts(argc, argv, {"--out"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab plot takes one results folder");
   const std::filesystem::path dir = opts.positional[0];
-  const std::filesystem::path file =
-      opts.has("--out") ? std::filesystem::path(opts.required("--out")) : dir / "fidelity_vs_bytes.svg";
+  const std::filesystem::path file = opts.path_if_given("--out").value_or(dir / "fidelity_vs_bytes.svg");
   kvlab::write_text_atomically(file, fidelity_plot(dir));
   std::cout << "wrote " << file.string() << "\n";
   return 0;
@@ -219,7 +232,7 @@ int run_command(int argc, char** argv) {
     for (const auto& e : all) names += (names.empty() ? "" : ", ") + e.name;
     throw kvlab::error("unknown experiment '" + opts.positional[0] + "'; allowed: " + names);
   }
-  const std::string format = opts.has("--format") ? opts.required("--format") : "md";
+  const std::string format = opts.value_or("--format", "md");
   if (format != "json") render({}, format); // reject a bad format before the run, not after
   std::clog << "experiment " << found->name << ": " << found->description << "\n";
   const auto& components = kvlab::builtin_registry();
@@ -228,8 +241,7 @@ int run_command(int argc, char** argv) {
     std::cout << (format == "json" ? output.json : render(output.table, format));
     return 0;
   }
-  kvlab::run_options run{.out = opts.has("--out") ? opts.required("--out") : "results/" + found->name,
-                         .threads = threads(opts, "all")};
+  kvlab::run_options run{.out = opts.value_or("--out", "results/" + found->name), .threads = threads(opts, "all")};
   if (opts.has("--shard")) {
     const std::string shard = opts.required("--shard");
     const auto slash = shard.find('/');
@@ -255,7 +267,7 @@ int run_command(int argc, char** argv) {
 int table_command(int argc, char** argv) {
   const options opts(argc, argv, {"--format"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab table takes one results folder");
-  const std::string format = opts.has("--format") ? opts.required("--format") : "md";
+  const std::string format = opts.value_or("--format", "md");
   if (format == "json") throw kvlab::error("kvlab table renders md, tex or csv; the cells' metrics.json are the JSON");
   std::cout << render(stored_results_table(kvlab::read_results(opts.positional[0])), format);
   return 0;
@@ -273,11 +285,11 @@ int merge_command(int argc, char** argv) {
 
 int codec_command(int argc, char** argv) {
   const options opts(argc, argv, {"--quantizer", "--granularity", "--in", "--out", "--scale"}, {"--json"});
-  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  opts.no_positional();
   const auto& components = kvlab::builtin_registry();
   const auto quantizer = components.make_quantizer(opts.required("--quantizer"));
   const auto granularity = components.make_granularity(opts.required("--granularity"));
-  const std::string scale = opts.has("--scale") ? opts.required("--scale") : "f16";
+  const std::string scale = opts.value_or("--scale", "f16");
   if (scale != "f16" && scale != "f32") throw kvlab::error("--scale must be f16 or f32");
   const std::string in = opts.required("--in"), out = opts.required("--out");
   const kvlab::npy_array array = kvlab::read_npy(in);
@@ -341,7 +353,7 @@ void write_kv_npy(const std::filesystem::path& dir,
 
 int export_command(int argc, char** argv) {
   const options opts(argc, argv, {"--data", "--out"}, {});
-  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  opts.no_positional();
   const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
   write_kv_npy(opts.required("--out"), {{"K.npy", &data.keys}, {"V.npy", &data.values}, {"Q.npy", &data.queries}});
   return 0;
@@ -349,14 +361,13 @@ int export_command(int argc, char** argv) {
 
 int capture_command(int argc, char** argv) {
   const options opts(argc, argv, {"--model", "--text", "--out", "--tokens", "--tokenizer", "--threads"}, {});
-  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
-  const auto tokenizer_file =
-      opts.has("--tokenizer") ? std::optional<std::filesystem::path>(opts.required("--tokenizer")) : std::nullopt;
+  opts.no_positional();
+  const auto tokenizer_file = opts.path_if_given("--tokenizer");
   const kvlab::model model = kvlab::load_model(opts.required("--model"), tokenizer_file);
   const auto tokens =
       model.tokenizer->encode(kvlab::read_whole_file(opts.required("--text")), model.tokenizer->add_bos());
   std::size_t n = std::min<std::size_t>(tokens.size(), model.config.context != 0 ? model.config.context : 4096);
-  if (opts.has("--tokens")) n = kvlab::parse_number<std::size_t>(opts.required("--tokens"), "--tokens");
+  n = opts.number_or("--tokens", n);
   if (n > tokens.size())
     throw kvlab::error("--tokens " + std::to_string(n) + ": the text gives " + std::to_string(tokens.size()));
   const auto captured = kvlab::capture_kv(model.config, model.weights, std::span(tokens).first(n),
@@ -412,22 +423,20 @@ int ppl_command(int argc, char** argv) {
       argc, argv,
       {"--model", "--text", "--tokens", "--recipe", "--ctx", "--chunks", "--base", "--threads", "--out", "--tokenizer"},
       {"--json", "--no-attention-metrics"}, {"--recipe"});
-  if (!opts.positional.empty()) throw kvlab::error("unexpected argument '" + opts.positional.front() + "'");
+  opts.no_positional();
   if (opts.has("--text") == opts.has("--tokens")) throw kvlab::error("give one of --text FILE or --tokens FILE");
   const auto& components = kvlab::builtin_registry();
   opts.required("--recipe");
   std::vector<kvlab::recipe> recipes;
   for (const auto& text : opts.all("--recipe")) recipes.push_back(kvlab::parse_recipe(text, components));
-  const kvlab::recipe base =
-      kvlab::parse_recipe(opts.has("--base") ? opts.required("--base") : "k=f16@token,v=f16@token", components);
+  const kvlab::recipe base = kvlab::parse_recipe(opts.value_or("--base", "k=f16@token,v=f16@token"), components);
   const std::filesystem::path model_path = opts.required("--model");
-  const auto tokenizer_file =
-      opts.has("--tokenizer") ? std::optional<std::filesystem::path>(opts.required("--tokenizer")) : std::nullopt;
+  const auto tokenizer_file = opts.path_if_given("--tokenizer");
   const kvlab::model model = kvlab::load_model(model_path, tokenizer_file);
   kvlab::perplexity_options o;
   o.context = model.config.context != 0 ? std::min<std::size_t>(512, model.config.context) : 512;
-  if (opts.has("--ctx")) o.context = kvlab::parse_number<std::size_t>(opts.required("--ctx"), "--ctx");
-  if (opts.has("--chunks")) o.chunks = kvlab::parse_number<std::size_t>(opts.required("--chunks"), "--chunks");
+  o.context = opts.number_or("--ctx", o.context);
+  o.chunks = opts.number_or("--chunks", o.chunks);
   o.threads = threads(opts, "all");
   o.attention_metrics = !opts.has("--no-attention-metrics");
   std::vector<std::int32_t> tokens;
@@ -440,7 +449,7 @@ int ppl_command(int argc, char** argv) {
     tokens = read_token_file(opts.required("--tokens"));
   }
   const std::string digest = kvlab::model_sha256(model_path);
-  const std::filesystem::path out = opts.has("--out") ? opts.required("--out") : "results/ppl";
+  const std::filesystem::path out = opts.value_or("--out", "results/ppl");
   const kvlab::scored_run base_run =
       kvlab::base_run(model.config, model.weights, tokens, base, components, o, digest, out);
   std::vector<kvlab::perplexity_result> results;

@@ -1,5 +1,7 @@
 // synthetic:llm data: shapes, determinism, each knob's measurable effect, bad knobs, and
 // the KIVI finding (per-channel 2-bit key quantization beats per-token on these keys).
+#include "test_files.hpp"
+
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -22,12 +24,7 @@ kvlab::kv_data llm(const std::string& args) {
 }
 
 std::string llm_error(const std::string& args) {
-  try {
-    llm(args);
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "";
+  return kvlab_test::message_of<kvlab::error>([&] { llm(args); });
 }
 
 bool bit_identical(const kvlab::kv_tensor& a, const kvlab::kv_tensor& b) {

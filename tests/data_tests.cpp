@@ -1,4 +1,6 @@
 // Data specs: the Gaussian generator and every kind of bad spec.
+#include "test_files.hpp"
+
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
@@ -8,12 +10,7 @@ import kvlab;
 namespace {
 
 std::string load_error(const std::string& spec) {
-  try {
-    kvlab::load_data(spec);
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "";
+  return kvlab_test::message_of<kvlab::error>([&] { kvlab::load_data(spec); });
 }
 
 } // namespace

@@ -16,15 +16,7 @@ using namespace kvlab_test;
 
 namespace {
 
-template <class Write>
-std::string error_of(Write write) {
-  try {
-    write();
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string error_of(auto&& write) { return kvlab_test::message_of<kvlab::error>(write); }
 
 } // namespace
 

@@ -85,14 +85,9 @@ std::string small_gguf() {
 std::string open_error(const std::string& bytes) {
   const scratch_directory dir("gguf");
   const auto path = dir.write("malformed.gguf", bytes);
-  try {
-    kvlab::gguf_file file(path);
-  } catch (const kvlab::error& e) {
-    const std::string message = e.what();
-    BOOST_TEST(contains(message, path.string()), "the message names the file: " << message);
-    return message;
-  }
-  return "(no error)";
+  const std::string message = kvlab_test::message_of<kvlab::error>([&] { kvlab::gguf_file file(path); });
+  if (!message.empty()) BOOST_TEST(contains(message, path.string()), "the message names the file: " << message);
+  return message;
 }
 
 std::function<bool(const kvlab::error&)> says(std::string part) {
@@ -482,7 +477,7 @@ BOOST_AUTO_TEST_CASE(reads_a_hand_built_file_and_rejects_every_truncation) {
   }
   for (std::size_t size = 0; size < bytes.size(); ++size) {
     const std::string message = open_error(bytes.substr(0, size));
-    BOOST_TEST(message != "(no error)", "prefix of " << size << " bytes");
+    BOOST_TEST(!message.empty(), "prefix of " << size << " bytes");
     const bool explained = contains(message, "truncated") || contains(message, "not a GGUF file");
     BOOST_TEST(explained, "prefix of " << size << " bytes: " << message);
   }

@@ -83,12 +83,7 @@ void write_npy_tensor(const scratch_directory& dir, const std::string& name, con
 }
 
 std::string npy_dir_error(const std::filesystem::path& dir) {
-  try {
-    kvlab::load_npy_dir(dir);
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return kvlab_test::message_of<kvlab::error>([&] { kvlab::load_npy_dir(dir); });
 }
 
 // A well-formed dump directory with K/V [L, H, T, D] and Q [L, Q, T, D], then the test breaks one file.
@@ -134,12 +129,7 @@ std::vector<tensor_entry> small_dump_entries() {
 }
 
 std::string load_error(const std::filesystem::path& file) {
-  try {
-    kvlab::load_safetensors(file);
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return kvlab_test::message_of<kvlab::error>([&] { kvlab::load_safetensors(file); });
 }
 
 // Loads a file of these bytes and returns the message, which must name the file.
@@ -354,12 +344,7 @@ BOOST_AUTO_TEST_CASE(safetensors_write_refuses_inconsistent_data) {
   data.queries = kvlab::kv_tensor({2, 3, 3, 4});
   const scratch_directory dir("st_refuse");
   const auto file = dir.path() / "dump.safetensors";
-  std::string message = "(no error)";
-  try {
-    kvlab::write_safetensors(file, data);
-  } catch (const kvlab::error& e) {
-    message = e.what();
-  }
+  const std::string message = kvlab_test::message_of<kvlab::error>([&] { kvlab::write_safetensors(file, data); });
   BOOST_TEST(contains(message, "safetensors file '" + file.string() + "': cannot write: inconsistent GQA ratio"),
              message);
   BOOST_TEST(dir.entries().empty());

@@ -54,12 +54,7 @@ std::string float16_data(std::initializer_list<std::uint16_t> bits, bool big_end
 }
 
 std::string read_error(const std::filesystem::path& file) {
-  try {
-    kvlab::read_npy(file);
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return kvlab_test::message_of<kvlab::error>([&] { kvlab::read_npy(file); });
 }
 
 std::string read_error_of(const std::string& bytes) {
@@ -252,12 +247,8 @@ BOOST_AUTO_TEST_CASE(write_replaces_atomically_and_leaves_no_temporary_files) {
   BOOST_TEST(kvlab::read_npy(target).values == (std::vector<float>{3, 4, 5}), boost::test_tools::per_element());
   // A write whose rename fails (the target is a directory) cleans up its temporary file.
   std::filesystem::create_directory(directory.path() / "taken.npy");
-  std::string message;
-  try {
-    kvlab::write_npy(directory.path() / "taken.npy", shape_t{1}, std::vector<float>{1});
-  } catch (const kvlab::error& e) {
-    message = e.what();
-  }
+  const std::string message = kvlab_test::message_of<kvlab::error>(
+      [&] { kvlab::write_npy(directory.path() / "taken.npy", shape_t{1}, std::vector<float>{1}); });
   BOOST_TEST(contains(message, "taken.npy': cannot replace it"), message);
   BOOST_TEST(directory.entries().size() == 2u);
 }
@@ -265,12 +256,7 @@ BOOST_AUTO_TEST_CASE(write_replaces_atomically_and_leaves_no_temporary_files) {
 BOOST_AUTO_TEST_CASE(write_rejects_bad_arguments_naming_the_file) {
   const auto write_error = [](const std::filesystem::path& file, const shape_t& shape,
                               const std::vector<float>& values) {
-    try {
-      kvlab::write_npy(file, shape, values);
-    } catch (const kvlab::error& e) {
-      return std::string(e.what());
-    }
-    return "(no error)"s;
+    return kvlab_test::message_of<kvlab::error>([&] { kvlab::write_npy(file, shape, values); });
   };
   const auto file = unique_temp_path("never_written.npy");
   const std::string mismatch = write_error(file, {2, 3}, {1, 2, 3, 4, 5});

@@ -13,12 +13,7 @@ const kvlab::registry& components() { return kvlab::builtin_registry(); }
 
 // The message of the kvlab::error that parsing `text` throws ("" if none).
 std::string parse_error(const std::string& text) {
-  try {
-    kvlab::parse_recipe(text, components());
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "";
+  return kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(text, components()); });
 }
 
 } // namespace

@@ -119,15 +119,7 @@ std::vector<std::pair<std::string, float>> small_llama2c_tokens() {
   return tokens;
 }
 
-template <class Load>
-std::string load_error(Load&& load) {
-  try {
-    load();
-  } catch (const kvlab::error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+std::string load_error(auto&& load) { return kvlab_test::message_of<kvlab::error>(load); }
 
 std::string llama2c_error(const std::string& bytes, std::size_t vocab_size) {
   const scratch_file file("tokenizer.bin");
@@ -398,7 +390,7 @@ BOOST_AUTO_TEST_CASE(inconsistent_vocabularies_are_rejected) {
   kvlab::vocabulary good;
   good.pieces = {"<unk>", "a", "b", "ab"};
   good.scores = {0, -1, -1, -2};
-  BOOST_TEST(message(good) == "(no error)");
+  BOOST_TEST(message(good).empty());
   auto v = good;
   v.scores.pop_back();
   BOOST_TEST(message(v) == "tokenizer (test vocabulary): 3 scores for 4 pieces; expected one per piece");

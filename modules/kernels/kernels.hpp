@@ -1,6 +1,7 @@
 // Kernel entry points: one table of function pointers per instruction set.
 // The scalar table is the reference; the AVX2 and AVX-512 tables are built from the same
-// templates in their own translation units with their own -m flags (see kernels_simd.hpp).
+// family templates in their own translation units with their own -m flags (see
+// dispatch/ and docs/kernels.md).
 // Plain header, not a module: ISA-flagged code must never be in a module target.
 #pragma once
 #include <cstddef>

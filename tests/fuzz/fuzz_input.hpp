@@ -63,6 +63,26 @@ inline std::filesystem::path scratch_file(const std::string& name, std::optional
   return file;
 }
 
+// The input as the scratch file `name`, read by `read`: what it reads (an `Error` ends the run
+// quietly) must survive `write` to another file and `read` again unchanged by `same`;
+// anything else is a finding, reported as `what` changed.
+template <class Error, class Read, class Write, class Same>
+void check_round_trip(std::string_view input, const std::string& name, Read read, Write write, Same same,
+                      const char* what) {
+  decltype(read(std::filesystem::path{})) first;
+  try {
+    first = read(scratch_file(name, input));
+  } catch (const Error&) {
+    return;
+  }
+  const auto copy = scratch_folder() / ("copy_" + name);
+  write(copy, first);
+  if (!same(read(copy), first)) {
+    std::fprintf(stderr, "writing and reading back changed the %s\n", what);
+    std::abort();
+  }
+}
+
 // Texts that reach every path of an encoder: words and spaces, digits, a contraction, U+2581,
 // two- to four-byte characters, the spellings of special tokens, and bytes that are not UTF-8.
 inline constexpr std::string_view tokenizer_texts[] = {

@@ -2,8 +2,6 @@
 // survive write_safetensors and read back to the same shapes and bits.
 #include "fuzz_input.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 import kvlab;
 
@@ -17,19 +15,13 @@ bool same(const kvlab::kv_tensor& a, const kvlab::kv_tensor& b) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto file = kvlab_fuzz::scratch_file("input.safetensors", kvlab_fuzz::as_text(data, size));
-  kvlab::kv_data dump;
-  try {
-    dump = kvlab::load_safetensors(file);
-  } catch (const kvlab::error&) {
-    return 0;
-  }
-  const auto copy = kvlab_fuzz::scratch_folder() / "copy.safetensors";
-  kvlab::write_safetensors(copy, dump);
-  const kvlab::kv_data again = kvlab::load_safetensors(copy);
-  if (!same(again.keys, dump.keys) || !same(again.values, dump.values) || !same(again.queries, dump.queries)) {
-    std::fprintf(stderr, "write_safetensors then load_safetensors changed the dump\n");
-    std::abort();
-  }
+  kvlab_fuzz::check_round_trip<kvlab::error>(
+      kvlab_fuzz::as_text(data, size), "input.safetensors",
+      [](const std::filesystem::path& file) { return kvlab::load_safetensors(file); },
+      [](const std::filesystem::path& file, const kvlab::kv_data& dump) { kvlab::write_safetensors(file, dump); },
+      [](const kvlab::kv_data& a, const kvlab::kv_data& b) {
+        return same(a.keys, b.keys) && same(a.values, b.values) && same(a.queries, b.queries);
+      },
+      "dump");
   return 0;
 }

@@ -1,6 +1,6 @@
 // Scalar reference kernels: the oracle every SIMD kernel is tested against.
-#include "kernels_scalar.hpp"
-#include "kernels.hpp"
+#include "../kernels.hpp"
+#include "../kernels_scalar.hpp"
 
 namespace kvlab::kernels {
 

@@ -1,0 +1,108 @@
+// The scalar reference of the encoders and the group statistics that fit their parameters: the oracle the vector
+// kernels are tested against, and the tail and odd-width fallback they call for what their vector loops do not cover.
+#pragma once
+#include "../codes/reference.hpp"
+
+namespace kvlab::kernels::scalar {
+// Internal linkage (see kernels_scalar.hpp).
+namespace {
+
+inline unsigned uniform_code(float x, float scale, float zero, int offset, unsigned max_code) noexcept {
+  if (scale == 0.0f) return static_cast<unsigned>(offset);
+  const float q = std::nearbyint((x - zero) / scale) + static_cast<float>(offset);
+  // written so that NaN gives code 0, not an undefined float-to-integer conversion
+  return q > 0.0f ? static_cast<unsigned>(std::min(q, static_cast<float>(max_code))) : 0u;
+}
+
+inline unsigned nearest_code(float x, float scale, float zero, const float* thresholds, unsigned count) noexcept {
+  const float y = scale == 0.0f ? 0.0f : (x - zero) / scale;
+  unsigned code = 0;
+  for (unsigned j = 0; j < count; ++j) code += thresholds[j] < y ? 1u : 0u;
+  return code;
+}
+
+inline void encode_uniform(const float* x, std::size_t n, float scale, float zero, int offset, unsigned max_code,
+                           unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    put_code(packed, first + i, bits, uniform_code(x[i], scale, zero, offset, max_code));
+}
+
+inline void encode_nearest(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
+                           unsigned count, unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    put_code(packed, first + i, bits, nearest_code(x[i], scale, zero, thresholds, count));
+}
+
+// Rounds a group's fitted scale and zero as storage holds them and writes the first
+// params_per_group of them; false when one is not finite (or overflows fp16).
+template <auto to_half, auto from_half>
+bool put_group_params(const record_format& f, std::uint8_t* record, std::size_t group, float& scale,
+                      float& zero) noexcept {
+  float values[2] = {scale, zero};
+  std::uint8_t* at = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
+  for (unsigned i = 0; i < 2; ++i) {
+    if (f.params_f32) {
+      if (!std::isfinite(values[i])) return false;
+      if (i < f.params_per_group) std::memcpy(at + 4 * i, &values[i], 4);
+      continue;
+    }
+    const std::uint16_t half = to_half(values[i]);
+    if ((half & 0x7c00u) == 0x7c00u) return false;
+    values[i] = from_half(half);
+    if (i < f.params_per_group) std::memcpy(at + 2 * i, &half, 2);
+  }
+  scale = values[0];
+  zero = values[1];
+  return true;
+}
+
+// The fused per-token encoder over a kernel set's statistics, uniform encoder and fp16
+// conversions (the scalar reference and every SIMD table share it, so they differ only in those).
+template <auto absmax, auto min_max, auto encode_uniform, auto to_half = float_to_half_bits,
+          auto from_half = half_bits_to_float>
+bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                           std::uint8_t* record) noexcept {
+  // A batch of groups' parameters first, then their codes: the groups' dependency chains
+  // (statistics, division, rounding, encoding) then overlap instead of queueing.
+  constexpr std::size_t batch = 64;
+  float scales[batch], zeros[batch];
+  const std::size_t n = f.group_channels, groups = f.groups();
+  for (std::size_t first = 0; first < groups; first += batch) {
+    const std::size_t count = std::min(batch, groups - first);
+    for (std::size_t k = 0; k < count; ++k) {
+      const float* group = x + (first + k) * n;
+      zeros[k] = 0.0f;
+      if (fit == uniform_fit::absmax) {
+        scales[k] = absmax(group, n) / f.offset;
+      } else {
+        float lo, hi;
+        min_max(group, n, &lo, &hi);
+        scales[k] = (hi - lo) / static_cast<float>(max_code);
+        zeros[k] = lo;
+      }
+      if (!put_group_params<to_half, from_half>(f, record, first + k, scales[k], zeros[k])) return false;
+    }
+    for (std::size_t k = 0; k < count; ++k)
+      encode_uniform(x + (first + k) * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, f.bits, record,
+                     (first + k) * n);
+  }
+  return true;
+}
+
+inline float absmax(const float* x, std::size_t n) noexcept {
+  float m = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+// Zeros come out as +0 (x + 0.0f): which of -0 and +0 a min or max returns depends on the
+// order of comparison, and that differs between the scalar and vector kernels.
+inline void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
+  float a = n ? x[0] : 0.0f, b = a;
+  for (std::size_t i = 1; i < n; ++i) a = std::min(a, x[i]), b = std::max(b, x[i]);
+  *lo = a + 0.0f;
+  *hi = b + 0.0f;
+}
+
+} // namespace
+} // namespace kvlab::kernels::scalar

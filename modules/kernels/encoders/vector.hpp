@@ -1,0 +1,223 @@
+// Group statistics and encoders: absmax and min/max for fitting parameters, uniform grids
+// (int<b>, uint<b>) and sorted codebooks (nf4, lloyd<b>) into bit-packed codes, and the
+// fused per-token record encoder. The scalar reference is reference.hpp here.
+#pragma once
+#include "../vector/basics.hpp"
+#include "reference.hpp"
+
+namespace kvlab::kernels::simd {
+
+template <class Arch>
+struct encoder_kernels : vector_basics<Arch> {
+  using base = vector_basics<Arch>;
+  using base::width, base::fmadd, base::reduce, base::reduce_four, base::max_op, base::min_op, base::abs_max,
+      base::store_codes, base::lane, base::to_half, base::from_half, base::minus_nearest, base::round_to_int;
+  using typename base::floats;
+
+  static float absmax(const float* x, std::size_t n) noexcept {
+    floats m(0.0f);
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) m = xsimd::max(m, xsimd::abs(floats::load_unaligned(x + i)));
+    return std::max(reduce(m, max_op), scalar::absmax(x + i, n - i));
+  }
+
+  static void min_max(const float* x, std::size_t n, float* lo, float* hi) noexcept {
+    if (n < width) return scalar::min_max(x, n, lo, hi);
+    floats a = floats::load_unaligned(x), b = a;
+    std::size_t i = width;
+    for (; i + width <= n; i += width) {
+      const floats v = floats::load_unaligned(x + i);
+      a = xsimd::min(a, v);
+      b = xsimd::max(b, v);
+    }
+    *lo = reduce(a, min_op);
+    *hi = reduce(b, max_op);
+    if (i < n) {
+      float tail_lo, tail_hi;
+      scalar::min_max(x + i, n - i, &tail_lo, &tail_hi);
+      *lo = std::min(*lo, tail_lo);
+      *hi = std::max(*hi, tail_hi);
+    }
+    *lo += 0.0f; // +0 for any zero, as the scalar reference
+    *hi += 0.0f;
+  }
+
+  // fp16 rounding of fitted parameters (to nearest even, like float_to_half_bits) in one
+
+  static bool vector_packable(unsigned bits, std::size_t first) noexcept {
+    return bits == 8 || (bits == 4 && first % 2 == 0);
+  }
+
+  static void encode_uniform(const float* x, std::size_t n, float scale, float zero, int offset, unsigned max_code,
+                             unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+    std::size_t i = 0;
+    if (scale != 0.0f && vector_packable(bits, first)) {
+      const floats scales(scale), zeros(zero), offsets(static_cast<float>(offset)), top(static_cast<float>(max_code)),
+          bottom(0.0f);
+      for (; i + width <= n; i += width) {
+        // Divide (not multiply by 1/scale) so codes equal the scalar reference bit for bit.
+        const floats q = xsimd::nearbyint((floats::load_unaligned(x + i) - zeros) / scales) + offsets;
+        store_codes(xsimd::to_int(xsimd::min(xsimd::max(q, bottom), top)), bits, packed, first + i);
+      }
+    }
+    scalar::encode_uniform(x + i, n - i, scale, zero, offset, max_code, bits, packed, first + i);
+  }
+
+  static void encode_nearest(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
+                             unsigned count, unsigned bits, std::uint8_t* packed, std::size_t first) noexcept {
+    std::size_t i = 0;
+    if (vector_packable(bits, first)) {
+      const floats scales(scale), zeros(zero), one(1.0f), nothing(0.0f);
+      for (; i + width <= n; i += width) {
+        const floats y = scale == 0.0f ? nothing : (floats::load_unaligned(x + i) - zeros) / scales;
+        floats code(0.0f); // a small count, exact in float
+        for (unsigned j = 0; j < count; ++j) code += xsimd::select(floats(thresholds[j]) < y, one, nothing);
+        store_codes(xsimd::to_int(code), bits, packed, first + i);
+      }
+    }
+    scalar::encode_nearest(x + i, n - i, scale, zero, thresholds, count, bits, packed, first + i);
+  }
+
+  // --- Fused per-token record encoder -------------------------------------------------
+
+  // Records of 8- or 4-bit codes whose groups are whole vectors: the parameters of four
+  // groups at once (one lane each: one division, one fp16 round trip), and codes by
+  // multiplying with the reciprocal of the scale instead of dividing by it. Other records
+  // take the generic fused encoder.
+  static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                    std::uint8_t* record) noexcept {
+    if ((f.bits != 8 && f.bits != 4) || f.group_channels % width != 0)
+      return scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>(f, fit, max_code,
+                                                                                                     x, record);
+    const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
+      for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
+        if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
+      return true;
+    };
+    if (fit == uniform_fit::absmax)
+      return f.bits == 8 ? run.template operator()<uniform_fit::absmax, 8>()
+                         : run.template operator()<uniform_fit::absmax, 4>();
+    return f.bits == 8 ? run.template operator()<uniform_fit::min_max, 8>()
+                       : run.template operator()<uniform_fit::min_max, 4>();
+  }
+
+  // The (up to) four groups of a record from group `group` on.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_four_groups(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                 std::size_t group) noexcept {
+    const std::size_t n = f.group_channels, first = group * n;
+    std::size_t count = 1; // the groups there are, without an integer division
+    while (count < 4 && first + count * n < f.head_dim) ++count;
+    floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
+    for (std::size_t k = 0; k < 4; ++k) {
+      floats a(0.0f), b(0.0f);
+      if (k < count) {
+        const float* values = x + first + k * n;
+        a = floats::load_unaligned(values);
+        b = Fit == uniform_fit::absmax ? xsimd::abs(a) : a;
+        for (std::size_t i = width; i < n; i += width) {
+          const floats v = floats::load_unaligned(values + i);
+          if constexpr (Fit == uniform_fit::absmax) {
+            b = abs_max(b, v);
+          } else {
+            a = xsimd::min(a, v);
+            b = xsimd::max(b, v);
+          }
+        }
+      }
+      highs[k] = b;
+      lows[k] = a;
+    }
+    // The scalar reference's arithmetic, lane by lane (+0 for zeros, as it has them).
+    const __m128 hi = _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
+    __m128 scale, zero = _mm_setzero_ps();
+    if constexpr (Fit == uniform_fit::absmax) {
+      scale = _mm_div_ps(hi, _mm_set1_ps(f.offset));
+    } else {
+      zero = _mm_add_ps(reduce_four(lows, min_op), _mm_setzero_ps());
+      scale = _mm_div_ps(_mm_sub_ps(hi, zero), _mm_set1_ps(static_cast<float>(max_code)));
+    }
+    alignas(16) float scales[4], zeros[4];
+    std::uint8_t* params = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
+    if (f.params_f32) {
+      _mm_store_ps(scales, scale);
+      _mm_store_ps(zeros, zero);
+      for (std::size_t k = 0; k < count; ++k)
+        if (!std::isfinite(scales[k]) || !std::isfinite(zeros[k])) return false;
+      write_params(params, count, f.params_per_group, scales, zeros);
+    } else {
+      const auto to_half = [](__m128 v) { return _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); };
+      const __m128i scale_halves = to_half(scale);
+      const __m128i zero_halves = Fit == uniform_fit::min_max ? to_half(zero) : _mm_setzero_si128();
+      // An fp16 infinity or NaN: the parameter overflowed.
+      const __m128i exponent = _mm_set1_epi16(0x7c00);
+      const auto overflowed = [&](__m128i h) { return _mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent); };
+      if (_mm_movemask_epi8(_mm_or_si128(overflowed(scale_halves), overflowed(zero_halves))) != 0) return false;
+      scale = _mm_cvtph_ps(scale_halves);
+      if constexpr (Fit == uniform_fit::min_max) zero = _mm_cvtph_ps(zero_halves);
+      if (count == 4 && f.params_per_group == 1) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(params), scale_halves);
+      } else if (count == 4 && f.params_per_group == 2) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(params), _mm_unpacklo_epi16(scale_halves, zero_halves));
+      } else {
+        alignas(16) std::uint16_t halves[2][8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(halves[0]), scale_halves);
+        _mm_store_si128(reinterpret_cast<__m128i*>(halves[1]), zero_halves);
+        write_params(params, count, f.params_per_group, halves[0], halves[1]);
+      }
+      _mm_store_ps(scales, scale);
+      _mm_store_ps(zeros, zero);
+    }
+    // Codes through the reciprocal where it is a normal float (always for fp16 scales);
+    // scale 0 gets reciprocal 0, so every code is the offset as the reference has it.
+    const __m128 normal =
+        _mm_and_ps(_mm_cmpge_ps(scale, _mm_set1_ps(0x1p-125f)), _mm_cmple_ps(scale, _mm_set1_ps(0x1p125f)));
+    if (_mm_movemask_ps(_mm_or_ps(normal, _mm_cmpeq_ps(scale, _mm_setzero_ps()))) == 0xf) {
+      const __m128 reciprocal = _mm_and_ps(normal, _mm_div_ps(_mm_set1_ps(1.0f), scale));
+      if (encode_by_reciprocal<Fit, Bits>(f, max_code, x, record, first, count, zero, reciprocal)) return true;
+    }
+    for (std::size_t k = 0; k < count; ++k)
+      encode_uniform(x + first + k * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, Bits, record,
+                     first + k * n);
+    return true;
+  }
+
+  // Scale (and zero, when per_group is 2) of `count` groups.
+  template <class T>
+  static void write_params(std::uint8_t* at, std::size_t count, unsigned per_group, const T* scales,
+                           const T* zeros) noexcept {
+    for (std::size_t k = 0; k < count; ++k, at += per_group * sizeof(T)) {
+      if (per_group > 0) std::memcpy(at, &scales[k], sizeof(T));
+      if (per_group > 1) std::memcpy(at + sizeof(T), &zeros[k], sizeof(T));
+    }
+  }
+
+  // Codes as rint(fma(x - zero, 1/scale, offset)), clamped; false if some may differ from
+  // the reference's (rare: near ties), which the caller then encodes by dividing. With
+  // r = 1/scale rounded, q differs from the reference's rounded quotient t plus offset by
+  // at most 2^-24 * 2|t| + ulp(q)/2. Codes in [0, max_code] (b <= 8) have |t| <= 256 and
+  // |q| <= 256, so that is below 2^-23 * 256 + 2^-16 < 2^-14, and q rounds as the reference
+  // does when it lies at least 2^-14 from a half-integer; codes past either end clamp to
+  // the same end either way.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_by_reciprocal(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                   std::size_t first, std::size_t count, __m128 zeros, __m128 reciprocals) noexcept {
+    const std::size_t n = f.group_channels;
+    const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f);
+    floats worst(0.0f); // the largest |q - rint(q)|
+    for (std::size_t k = 0; k < count; ++k) {
+      const floats zero = lane(zeros, k), reciprocal = lane(reciprocals, k);
+#pragma clang loop unroll_count(2) // groups of 32 are two AVX-512 vectors: one trip, no tail
+      for (std::size_t i = first + k * n, end = i + n; i < end; i += width) {
+        floats d = floats::load_unaligned(x + i);
+        if constexpr (Fit == uniform_fit::min_max) d = d - zero;
+        const floats q = fmadd(d, reciprocal, offset);
+        worst = abs_max(worst, minus_nearest(q));
+        store_codes(round_to_int(xsimd::min(xsimd::max(q, bottom), top)), Bits, record, i);
+      }
+    }
+    return xsimd::all(worst <= floats(0.5f - 0x1p-14f));
+  }
+};
+
+} // namespace kvlab::kernels::simd

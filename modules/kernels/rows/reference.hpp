@@ -1,0 +1,57 @@
+// The scalar reference of rows of raw floats (f32, IEEE f16, bf16) and fp16 conversions: the oracle the vector kernels
+// are tested against, and the tail and odd-width fallback they call for what their vector loops do not cover.
+#pragma once
+#include "../half.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kvlab::kernels::scalar {
+// Internal linkage (see kernels_scalar.hpp).
+namespace {
+
+inline float load_f32(const std::uint8_t* row, std::size_t i) noexcept {
+  float value;
+  std::memcpy(&value, row + 4 * i, 4);
+  return value;
+}
+inline float load_f16(const std::uint8_t* row, std::size_t i) noexcept {
+  std::uint16_t bits;
+  std::memcpy(&bits, row + 2 * i, 2);
+  return half_bits_to_float(bits);
+}
+inline float load_bf16(const std::uint8_t* row, std::size_t i) noexcept {
+  std::uint16_t bits;
+  std::memcpy(&bits, row + 2 * i, 2);
+  return bf16_bits_to_float(bits);
+}
+
+template <float (*load)(const std::uint8_t*, std::size_t)>
+float dot_row(const float* query, const std::uint8_t* row, std::size_t n) noexcept {
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += query[i] * load(row, i);
+  return sum;
+}
+
+template <float (*load)(const std::uint8_t*, std::size_t)>
+void axpy_row(float alpha, const std::uint8_t* row, std::size_t n, float* acc) noexcept {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += alpha * load(row, i);
+}
+
+inline constexpr auto dot_f32 = dot_row<load_f32>;
+inline constexpr auto axpy_f32 = axpy_row<load_f32>;
+inline constexpr auto dot_f16 = dot_row<load_f16>;
+inline constexpr auto axpy_f16 = axpy_row<load_f16>;
+inline constexpr auto dot_bf16 = dot_row<load_bf16>;
+inline constexpr auto axpy_bf16 = axpy_row<load_bf16>;
+
+inline void floats_to_f16(const float* x, std::size_t n, std::uint16_t* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_half_bits(x[i]);
+}
+inline void f16_to_floats(const std::uint16_t* h, std::size_t n, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(h[i]);
+}
+
+} // namespace
+} // namespace kvlab::kernels::scalar

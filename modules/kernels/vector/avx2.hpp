@@ -1,0 +1,126 @@
+// What AVX2 (with FMA and F16C) does its own way: 8 lanes, no masks, no 16-entry permute,
+// no fp16 vectors beyond F16C's conversions. Written in intrinsics: xsimd 8.1 has no fp16 or
+// bf16 loads, byte-code widening, register table lookups or transposing sums.
+#pragma once
+#include "basics.hpp"
+
+namespace kvlab::kernels::simd {
+
+template <>
+struct isa_ops<xsimd::fma3<xsimd::avx2>> : vector_types<xsimd::fma3<xsimd::avx2>> {
+  // vpermps reads 3 bits of each lane: a table of 16 levels takes two permutes and a blend.
+  static constexpr bool permute_reads_4_bits = false;
+  // No fp8 decoder (decode_fp8, fp8_levels): 8-bit table codes gather from their table.
+  static constexpr bool fp8_codes = false;
+  // No conversion of KIVI's interleaved parameters (kivi_params): they take the generic fold.
+  static constexpr bool kivi_parameter_pairs = false;
+
+  // Fused multiply-add as one instruction.
+  static floats fmadd(floats a, floats b, floats c) noexcept { return _mm256_fmadd_ps(a, b, c); }
+  // c - a * b as one instruction.
+  static floats fnmadd(floats a, floats b, floats c) noexcept { return _mm256_fnmadd_ps(a, b, c); }
+
+  static floats load_f16(const std::uint8_t* p) noexcept {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static floats load_bf16(const std::uint8_t* p) noexcept {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
+  // `width` 8-bit codes starting at byte p.
+  static ints load_u8_codes(const std::uint8_t* p) noexcept {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  // `width` 4-bit codes starting at byte p (low nibble first).
+  static ints load_u4_codes(const std::uint8_t* p) noexcept {
+    const __m128i duplicate_bytes = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    std::int32_t four_bytes;
+    std::memcpy(&four_bytes, p, 4);
+    const __m128i bytes = _mm_cvtsi32_si128(four_bytes);
+    const __m256i wide = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(bytes, duplicate_bytes));
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    return _mm256_and_si256(_mm256_srlv_epi32(wide, shifts), _mm256_set1_epi32(0xf));
+  }
+  // `width` fp16 conversions of v (to nearest even) stored at out.
+  static void store_f16(floats v, std::uint16_t* out) noexcept {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+
+  // Lane k of the result is the sum of rows[k]'s lanes.
+  static floats sum_each(const floats* rows) noexcept {
+    const __m256 pairs0 = _mm256_hadd_ps(rows[0], rows[1]), pairs1 = _mm256_hadd_ps(rows[2], rows[3]);
+    const __m256 pairs2 = _mm256_hadd_ps(rows[4], rows[5]), pairs3 = _mm256_hadd_ps(rows[6], rows[7]);
+    const __m256 quads0 = _mm256_hadd_ps(pairs0, pairs1), quads1 = _mm256_hadd_ps(pairs2, pairs3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(quads0, quads1, 0x20), _mm256_permute2f128_ps(quads0, quads1, 0x31));
+  }
+
+  // Looks codes up in a table of up to 16 levels held in registers (permutes, no memory).
+  struct small_table {
+    floats low, high; // levels 0..7 and 8..15
+    explicit small_table(const float* levels, unsigned bits) {
+      alignas(64) float padded[16] = {};
+      for (unsigned i = 0; bits > 0 && i < (1u << bits); ++i) padded[i] = levels[i];
+      low = floats::load_aligned(padded);
+      high = floats::load_aligned(padded + 8);
+    }
+    floats operator()(ints codes) const noexcept {
+      const __m256 from_low = _mm256_permutevar8x32_ps(low, codes);
+      const __m256 from_high = _mm256_permutevar8x32_ps(high, codes);
+      // Codes 8..15 have bit 3 set: move it to the sign bit to select the high half.
+      return _mm256_blendv_ps(from_low, from_high, _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
+    }
+  };
+
+  // max(|a|, |b|) lane by lane.
+  static floats abs_max(floats a, floats b) noexcept { return xsimd::max(xsimd::abs(a), xsimd::abs(b)); }
+
+  // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
+  // the longest dependency chain of a group's encoding. Lane k of the result is op over
+  // every lane of v[k], for four vectors at once: a 4x4 transpose within each 128-bit
+  // block (in-lane shuffles, the cheap ones), then the blocks combined.
+  template <class Op>
+  static __m128 reduce_four(const floats* v, Op op) noexcept {
+    const auto pairs = [&](floats a, floats b) {
+      return op(floats(_mm256_unpacklo_ps(a, b)), floats(_mm256_unpackhi_ps(a, b)));
+    };
+    const floats t = pairs(v[0], v[1]), u = pairs(v[2], v[3]);
+    const floats w = op(floats(_mm256_shuffle_ps(t, u, 0x44)), floats(_mm256_shuffle_ps(t, u, 0xee)));
+    return _mm256_castps256_ps128(op(w, floats(_mm256_permute2f128_ps(w, w, 0x01))));
+  }
+
+  // Stores `width` codes (each < 2^bits) of 8 or 4 bits; 4-bit stores need `element` even.
+  static void store_codes(ints codes, unsigned bits, std::uint8_t* packed, std::size_t element) noexcept {
+    const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+    const __m128i bytes = _mm_packus_epi16(words, words); // the codes as bytes, in order
+    if (bits == 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
+    // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
+    const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
+    const __m128i even_bytes =
+        _mm_shuffle_epi8(paired, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
+    const std::int32_t four = _mm_cvtsi128_si32(even_bytes);
+    std::memcpy(packed + element / 2, &four, 4);
+  }
+  // q - rint(q) lane by lane, and q rounded to the nearest integer (ties to even).
+  static floats minus_nearest(floats q) noexcept { return q - xsimd::nearbyint(q); }
+  static ints round_to_int(floats q) noexcept { return _mm256_cvtps_epi32(q); }
+
+  // Lane k of v in every lane.
+  static floats lane(__m128 v, std::size_t k) noexcept {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(static_cast<int>(k)));
+  }
+  // x in lane 0, zeros elsewhere.
+  static floats first_lane(float x) noexcept { return _mm256_zextps128_ps256(_mm_set_ss(x)); }
+  static ints shift_right(ints x, unsigned n) noexcept { return _mm256_srli_epi32(x, n); }
+  static floats permute(floats x, ints index) noexcept { return _mm256_permutevar8x32_ps(x, index); }
+
+  // e^x for the shifted scores of a softmax (x <= 0, -inf or NaN): xsimd's vector exp,
+  // within 2 ulp of std::exp.
+  static floats exp_shifted(floats x) noexcept { return xsimd::exp(x); }
+  // The two halves of x added, in double.
+  static xsimd::batch<double, xsimd::fma3<xsimd::avx2>> halves_in_double(floats x) noexcept {
+    return _mm256_cvtps_pd(_mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)));
+  }
+};
+
+} // namespace kvlab::kernels::simd
