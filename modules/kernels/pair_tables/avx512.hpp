@@ -37,7 +37,7 @@ struct pair_table_kernels : token_lane_columns {
   // KIVI's keys (arXiv 2402.02750 section 3.2) come in per-channel blocks of bare 2-bit
   // rows, each block's scales folded into the query, so anything built from the query is
   // rebuilt every 32 rows. For one head, pair tables as T-MAC builds them (arXiv
-  // 2407.00088; see the token-lane kernel above) pay even so when they stay in registers:
+  // 2407.00088; see the token-lane kernel, token_lanes/avx512.hpp) pay even so when they stay in registers:
   // - rows are transposed 32 at a time into token lanes (dword d of 16 rows per vector);
   // - per dword of codes (16 channels), the 8 tables of its channel pairs are built (2
   //   operations each) and serve both batches of 16 rows: per pair and batch a shift, a

@@ -7,9 +7,9 @@
 namespace kvlab::kernels::simd {
 
 struct token_lane_kernels : pair_table_kernels {
-  // The kernels above put channels in lanes, so each token ends with a horizontal sum and
-  // each vector of codes costs an unpack, a convert and a scale. Here lane t is token t of
-  // a batch of 16:
+  // The channel-lane kernels (records/coded.hpp) put channels in lanes, so each token ends
+  // with a horizontal sum and each vector of codes costs an unpack, a convert and a scale.
+  // Here lane t is token t of a batch of 16:
   // - the batch's code bytes are transposed once (16 x 16 dwords: vector j holds dword j
   //   of every record);
   // - a 2- or 4-bit code is then a shift and a 16-entry table lookup (vpermps reads the low

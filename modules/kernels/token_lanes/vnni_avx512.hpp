@@ -95,7 +95,7 @@ struct integer_dot_kernels : token_lane_kernels {
     return true;
   }
 
-  // The token-lane kernel above with integer dots, for records with per-token parameters:
+  // The token-lane kernel (token_lanes/avx512.hpp) with integer dots, for records with per-token parameters:
   // Dwords, GroupDwords and UnitDwords fixed at compile time for the common shapes (0: known
   // at run time).
   template <unsigned Bits, std::size_t H, std::size_t Dwords, std::size_t GroupDwords, std::size_t UnitDwords>
