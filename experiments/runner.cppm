@@ -24,6 +24,8 @@ module;
 #include <unistd.h>
 #include <vector>
 
+#include <range/v3/view/cartesian_product.hpp>
+
 #include "git_revision.hpp"
 export module kvlab.runner;
 export import :results_folder;
@@ -38,16 +40,15 @@ struct sweep_cell {
   std::string folder; // the cell's folder name
 };
 
+// Every (data, seed, recipe) of the sweep, in that order.
 inline std::vector<sweep_cell> expand_cells(const configs::sweep& s, const registry& components) {
   std::vector<sweep_cell> cells;
-  for (const auto& spec : s.data)
-    for (const auto seed : s.seeds)
-      for (const auto& r : s.recipes) {
-        std::string data = spec;
-        if (const auto at = data.find("{seed}"); at != std::string::npos) data.replace(at, 6, std::to_string(seed));
-        const recipe normal = normalized(r, components);
-        cells.push_back({normal, data, seed, cell_folder_name(canonical_name(normal), data, seed)});
-      }
+  for (const auto& [spec, seed, r] : ranges::views::cartesian_product(s.data, s.seeds, s.recipes)) {
+    std::string data = spec;
+    if (const auto at = data.find("{seed}"); at != std::string::npos) data.replace(at, 6, std::to_string(seed));
+    const recipe normal = normalized(r, components);
+    cells.push_back({normal, data, seed, cell_folder_name(canonical_name(normal), data, seed)});
+  }
   return cells;
 }
 

@@ -54,23 +54,43 @@ BOOST_AUTO_TEST_CASE(omitted_streams_default_to_f16_per_token) {
 }
 
 BOOST_AUTO_TEST_CASE(unknown_names_say_where_and_what_is_allowed) {
+  // The allowed names come from the registry, so a new strategy file needs no edit here.
+  const auto allowed = [](kvlab::component_kind kind) { return components().allowed(kind); };
   const auto quantizer = parse_error("k=int8@token,v=q4@token");
   BOOST_TEST(contains(quantizer, "recipe part 'v=q4@token'"), quantizer);
-  BOOST_TEST(
-      contains(quantizer,
-               "unknown quantizer 'q4'; allowed: bf16, f16, f32, fp8_e4m3, fp8_e4m3fnuz, fp8_e5m2, int<b> (b = 2..8)"),
-      quantizer);
+  BOOST_TEST(contains(quantizer, "unknown quantizer 'q4'; allowed: " + allowed(kvlab::component_kind::quantizer)),
+             quantizer);
+  BOOST_TEST(contains(allowed(kvlab::component_kind::quantizer), "int<b> (b = 2..8)"));
   const auto granularity = parse_error("k=int8@row");
-  BOOST_TEST(contains(granularity, "unknown granularity 'row'; allowed: channel(G), group(G), tensor, token"),
-             granularity);
+  BOOST_TEST(
+      contains(granularity, "unknown granularity 'row'; allowed: " + allowed(kvlab::component_kind::granularity)),
+      granularity);
   const auto eviction = parse_error("k=int8@token,evict=h9o");
-  BOOST_TEST(contains(eviction, "unknown eviction 'h9o'; allowed: h2o(H,R), knorm(B), none, random(B,seed), "
-                                "snapkv(B,W,K), streaming(S,N), tova(B), window(N)"),
+  BOOST_TEST(contains(eviction, "unknown eviction 'h9o'; allowed: " + allowed(kvlab::component_kind::eviction)),
              eviction);
+  BOOST_TEST(contains(allowed(kvlab::component_kind::eviction), "h2o(H,R)"));
   const auto storage = parse_error("k=int8@token,store=ring");
-  BOOST_TEST(contains(storage, "unknown storage 'ring'; allowed: flat"), storage);
+  BOOST_TEST(contains(storage, "unknown storage 'ring'; allowed: " + allowed(kvlab::component_kind::storage)), storage);
   const auto width = parse_error("k=int1@token");
   BOOST_TEST(contains(width, "width 1 is outside 2..8"), width);
+}
+
+BOOST_AUTO_TEST_CASE(a_strategy_registered_twice_names_both_files) {
+  kvlab::registry all;
+  const auto add_window = [](kvlab::registry& into) {
+    into.add({.name = "window", .usage = "window(N)", .summary = "-", .paper = "-"},
+             kvlab::registry::eviction_factory(
+                 [](const kvlab::strategy_args& args) { return components().make_eviction(args.text); }));
+  };
+  all.register_file("strategies/window.cppm", +add_window);
+  BOOST_TEST(all.list().front().source == "strategies/window.cppm");
+  const std::string message =
+      kvlab_test::message_of<kvlab::error>([&] { all.register_file("strategies/my_window.cppm", +add_window); });
+  BOOST_TEST(message == "strategies/my_window.cppm: eviction 'window' is registered twice (first by "
+                        "strategies/window.cppm)",
+             message);
+  // Every built-in strategy knows its file.
+  for (const auto& info : components().list()) BOOST_TEST(info.source.ends_with(".cppm"), info.name);
 }
 
 BOOST_AUTO_TEST_CASE(malformed_parts_are_rejected_with_their_position) {

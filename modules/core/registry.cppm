@@ -129,6 +129,9 @@ struct strategy_info {
   // Concrete names the generic tests and benchmarks instantiate; when empty: the name
   // itself, or every width of a family.
   std::vector<std::string> examples;
+  // The strategy file that registered it (set by registry::register_file; empty for
+  // strategies registered in code).
+  std::string source;
 
   bool is_family() const noexcept { return max_width > 0; }
 };
@@ -151,6 +154,19 @@ public:
   }
   void add(strategy_info info, storage_factory make) {
     insert(std::move(info), component_kind::storage, std::move(make));
+  }
+
+  // Runs one strategy file's register_into: what it registers records the file, and a
+  // mistake in it (a name another file has registered) names both files.
+  void register_file(std::string_view file, void (*register_into)(registry&)) {
+    source_ = file;
+    try {
+      register_into(*this);
+    } catch (const error& e) {
+      source_.clear();
+      throw error(std::string(file) + ": " + e.what());
+    }
+    source_.clear();
   }
 
   any_quantizer make_quantizer(std::string_view text) const {
@@ -204,9 +220,11 @@ private:
 
   void insert(strategy_info info, component_kind kind, factory make) {
     info.kind = kind;
+    info.source = source_;
     for (const auto& existing : entries_)
       if (existing.info.kind == kind && existing.info.name == info.name)
-        throw error(kind_name(kind) + " '" + info.name + "' is registered twice");
+        throw error(kind_name(kind) + " '" + info.name + "' is registered twice" +
+                    (existing.info.source.empty() ? "" : " (first by " + existing.info.source + ")"));
     entries_.push_back({std::move(info), std::move(make)});
   }
 
@@ -243,6 +261,7 @@ private:
   }
 
   std::vector<entry> entries_;
+  std::string source_; // the file register_file is running
 };
 
 } // namespace kvlab
