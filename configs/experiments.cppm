@@ -10,6 +10,7 @@ module;
 export module kvlab.configs:experiments;
 import kvlab.core;
 import kvlab.report;
+import kvlab.registry_builtin;
 import :baselines;
 import :recipe_table;
 import :quantizer_distortion;
@@ -22,7 +23,7 @@ export namespace kvlab::configs {
 // "{seed}", replaced by each seed (synthetic generators); specs without it run once per seed
 // with the same data. Cells are what `kvlab run` stores, resumes and shards.
 struct sweep {
-  std::vector<recipe> recipes;
+  std::vector<any_recipe> recipes;
   std::vector<std::string> data;
   std::vector<std::uint64_t> seeds = {1};
   std::size_t decode_steps = 32;
@@ -39,7 +40,7 @@ struct experiment {
 
 inline const std::vector<experiment>& experiments() {
   static const std::vector<experiment> all = [] {
-    std::vector<recipe> recipes;
+    std::vector<any_recipe> recipes;
     for (const auto& b : baselines()) recipes.push_back(b.value);
     const std::string data = "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed={seed})";
     return std::vector<experiment>{
@@ -52,7 +53,7 @@ inline const std::vector<experiment>& experiments() {
         {.name = "eviction-budget",
          .description = "every eviction policy at 10/25/50 % of the tokens, and h2o with 2-bit demotion, on "
                         "synthetic:llm",
-         .cells = sweep{.recipes = eviction_budget_recipes(), .data = {eviction_budget_data}}},
+         .cells = sweep{.recipes = eviction_budget_recipes(builtin_registry()), .data = {eviction_budget_data}}},
         {.name = "quantizer-distortion",
          .description = "MSE of every quantizer and bit width (token groups, D = 128) on unit vectors and N(0,1) "
                         "data, next to the Shannon bound 4^-b",

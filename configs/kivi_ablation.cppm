@@ -4,23 +4,25 @@
 // are what makes per-channel keys win; see modules/data/synthetic_llm.cppm). Per-token keys
 // use groups of 32 channels, so both key layouts share parameters over 32 values.
 module;
+#include <cstddef>
 #include <string>
 #include <vector>
 export module kvlab.configs:kivi_ablation;
 import kvlab.core;
+import kvlab.compose;
+import kvlab.registry_builtin;
 
 export namespace kvlab::configs {
 
-inline std::vector<recipe> kivi_ablation_recipes() {
-  std::vector<recipe> recipes;
-  for (const int bits : {2, 4})
-    for (const std::size_t residual : {std::size_t{0}, std::size_t{128}})
-      for (const std::string keys : {"channel(32)", "group(32)"}) {
-        const std::string q = "uint" + std::to_string(bits);
-        recipes.push_back({.keys = {.quantizer = q, .granularity = keys},
-                           .values = {.quantizer = q, .granularity = "group(32)"},
-                           .residual = residual});
-      }
+inline std::vector<any_recipe> kivi_ablation_recipes() {
+  using namespace parts;
+  std::vector<any_recipe> recipes;
+  for (const unsigned bits : {2u, 4u})
+    for (const std::size_t residual : {std::size_t{0}, std::size_t{128}}) {
+      const stream values{uint_q{bits}, group{32}};
+      recipes.push_back(recipe{.keys = stream{uint_q{bits}, channel{32}}, .values = values, .residual = residual});
+      recipes.push_back(recipe{.keys = stream{uint_q{bits}, group{32}}, .values = values, .residual = residual});
+    }
   return recipes;
 }
 

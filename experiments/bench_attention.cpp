@@ -134,10 +134,10 @@ const kvlab::kv_cache& cache_for(const std::string& recipe, std::size_t context,
           for (std::size_t layer = 0; layer < c.layers(); ++layer) c.append(layer, h, k, v);
         }
     };
-    kvlab::kv_cache one_layer(parsed, components, 1, kv_heads, head_dim);
+    kvlab::kv_cache one_layer(parsed, 1, kv_heads, head_dim);
     fill(one_layer, context);
     const std::size_t layers = (2 * last_level_cache_bytes() + one_layer.bytes() - 1) / one_layer.bytes();
-    cache = std::make_unique<kvlab::kv_cache>(parsed, components, layers, kv_heads, head_dim);
+    cache = std::make_unique<kvlab::kv_cache>(parsed, layers, kv_heads, head_dim);
     fill(*cache, context);
     key = wanted;
   }

@@ -87,7 +87,7 @@ double probe_gflops = 0.0;
 void model_chunk(benchmark::State& state, const model_shape& s, const std::string& recipe_name,
                  const std::string& recipe) {
   const auto& components = kvlab::builtin_registry();
-  const kvlab::recipe r = kvlab::parse_recipe(recipe, components);
+  const kvlab::any_recipe r = kvlab::parse_recipe(recipe, components);
   const auto& w = weights(s);
   std::vector<std::int32_t> tokens(context);
   kvlab::random_stream random(7, 0);
@@ -97,7 +97,7 @@ void model_chunk(benchmark::State& state, const model_shape& s, const std::strin
   kvlab::forward_timing total;
   double appends = 0.0, seconds = 0.0;
   for (auto _ : state) {
-    const auto run = kvlab::run_scored(s.config, w, tokens, r, components, o);
+    const auto run = kvlab::run_scored(s.config, w, tokens, r, o);
     benchmark::DoNotOptimize(run.log_probs.data());
     total.matrix_products += run.timing.matrix_products;
     total.attention += run.timing.attention;

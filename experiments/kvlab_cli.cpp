@@ -132,11 +132,11 @@ int eval_command(int argc, char** argv) {
   const options opts(argc, argv, {"--recipe", "--data", "--decode-steps"}, {"--json"});
   opts.no_positional();
   const auto& components = kvlab::builtin_registry();
-  const kvlab::recipe recipe = kvlab::parse_recipe(opts.required("--recipe"), components);
+  const kvlab::any_recipe recipe = kvlab::parse_recipe(opts.required("--recipe"), components);
   const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
   kvlab::eval_options eval;
   eval.decode_steps = opts.number_or("--decode-steps", eval.decode_steps);
-  const auto result = kvlab::evaluate(recipe, data, components, eval);
+  const auto result = kvlab::evaluate(recipe, data, eval);
   if (opts.has("--json")) {
     std::cout << kvlab::to_json(result) << "\n";
   } else {
@@ -152,38 +152,6 @@ std::string render(const kvlab::text_table& table, const std::string& format) {
   if (format == "tex") return table.latex();
   if (format == "csv") return table.csv();
   throw kvlab::error("--format must be md, tex, csv or json, not '" + format + "'");
-}
-
-// Rows of the cells stored in a results folder; the best value of each metric in bold.
-kvlab::text_table stored_results_table(const std::vector<kvlab::json_value>& results) {
-  const char* metrics[] = {"attn_rel_l2", "attn_rel_l2_p99", "attn_cosine",
-                           "score_kl",    "topk_recall",     "bytes_per_token"};
-  const bool lower_is_better[] = {true, true, false, true, false, true};
-  constexpr std::size_t count = std::size(metrics), bytes_column = count - 1;
-  kvlab::text_table table{{"recipe", "data"}, {}, {}};
-  table.header.insert(table.header.end(), std::begin(metrics), std::end(metrics));
-  std::vector<std::vector<double>> values(count);
-  for (const auto& r : results) {
-    const auto text = [&](const char* key) {
-      const auto* v = r.find(key);
-      return v && v->is_string() ? v->string() : std::string("?");
-    };
-    std::vector<std::string> row{text("recipe"), text("data")};
-    for (std::size_t m = 0; m < count; ++m) {
-      const auto* v = r.find(metrics[m]);
-      const double x = v && v->is_number() ? v->number() : NAN;
-      values[m].push_back(x);
-      row.push_back(kvlab::format_significant(x, m == bytes_column ? 6 : 4));
-    }
-    table.rows.push_back(row);
-  }
-  for (std::size_t m = 0; m < count && !results.empty(); ++m) {
-    const auto& column = values[m];
-    const auto best = lower_is_better[m] ? std::ranges::min_element(column) : std::ranges::max_element(column);
-    for (std::size_t r = 0; r < column.size(); ++r)
-      if (column[r] == *best) table.best.emplace_back(r, m + 2);
-  }
-  return table;
 }
 
 // Attention error against bytes per token for every stored cell, with the Pareto front.
@@ -215,7 +183,7 @@ int plot_command(int argc, char** argv) {
 // written next to the cells (only when their content changes: a finished re-run changes
 // nothing).
 kvlab::text_table write_sweep_outputs(const std::filesystem::path& dir) {
-  const auto table = stored_results_table(kvlab::read_results(dir));
+  const auto table = kvlab::results_table(kvlab::read_results(dir));
   kvlab::write_text_if_changed(dir / "table.md", table.markdown());
   kvlab::write_text_if_changed(dir / "table.tex", table.latex());
   kvlab::write_text_if_changed(dir / "fidelity_vs_bytes.svg", fidelity_plot(dir));
@@ -249,7 +217,7 @@ int run_command(int argc, char** argv) {
     run.shard_index = kvlab::parse_number<unsigned>(shard.substr(0, slash), "--shard index");
     run.shard_count = kvlab::parse_number<unsigned>(shard.substr(slash + 1), "--shard count");
   }
-  const auto summary = kvlab::run_sweep(*found->cells, components, run);
+  const auto summary = kvlab::run_sweep(*found->cells, run);
   std::clog << summary.cells << " cells in this shard: " << summary.computed << " computed, " << summary.skipped
             << " already done; results in " << run.out.string() << "\n";
   const auto stored_table = write_sweep_outputs(run.out);
@@ -269,7 +237,7 @@ int table_command(int argc, char** argv) {
   if (opts.positional.size() != 1) throw kvlab::error("kvlab table takes one results folder");
   const std::string format = opts.value_or("--format", "md");
   if (format == "json") throw kvlab::error("kvlab table renders md, tex or csv; the cells' metrics.json are the JSON");
-  std::cout << render(stored_results_table(kvlab::read_results(opts.positional[0])), format);
+  std::cout << render(kvlab::results_table(kvlab::read_results(opts.positional[0])), format);
   return 0;
 }
 
@@ -427,9 +395,9 @@ int ppl_command(int argc, char** argv) {
   if (opts.has("--text") == opts.has("--tokens")) throw kvlab::error("give one of --text FILE or --tokens FILE");
   const auto& components = kvlab::builtin_registry();
   opts.required("--recipe");
-  std::vector<kvlab::recipe> recipes;
+  std::vector<kvlab::any_recipe> recipes;
   for (const auto& text : opts.all("--recipe")) recipes.push_back(kvlab::parse_recipe(text, components));
-  const kvlab::recipe base = kvlab::parse_recipe(opts.value_or("--base", "k=f16@token,v=f16@token"), components);
+  const kvlab::any_recipe base = kvlab::parse_recipe(opts.value_or("--base", "k=f16@token,v=f16@token"), components);
   const std::filesystem::path model_path = opts.required("--model");
   const auto tokenizer_file = opts.path_if_given("--tokenizer");
   const kvlab::model model = kvlab::load_model(model_path, tokenizer_file);
@@ -450,11 +418,10 @@ int ppl_command(int argc, char** argv) {
   }
   const std::string digest = kvlab::model_sha256(model_path);
   const std::filesystem::path out = opts.value_or("--out", "results/ppl");
-  const kvlab::scored_run base_run =
-      kvlab::base_run(model.config, model.weights, tokens, base, components, o, digest, out);
+  const kvlab::scored_run base_run = kvlab::base_run(model.config, model.weights, tokens, base, o, digest, out);
   std::vector<kvlab::perplexity_result> results;
   for (const auto& r : recipes) {
-    const auto run = kvlab::run_scored(model.config, model.weights, tokens, r, components, o);
+    const auto run = kvlab::run_scored(model.config, model.weights, tokens, r, o);
     results.push_back(kvlab::compare_with_base(base_run, run, model.config, kvlab::canonical_name(r)));
   }
   const kvlab::model_config& c = model.config;

@@ -8,6 +8,7 @@ module;
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -34,20 +35,19 @@ import kvlab;
 export namespace kvlab {
 
 struct sweep_cell {
-  recipe value;
+  any_recipe value;
   std::string data; // with the seed substituted
   std::uint64_t seed = 0;
   std::string folder; // the cell's folder name
 };
 
 // Every (data, seed, recipe) of the sweep, in that order.
-inline std::vector<sweep_cell> expand_cells(const configs::sweep& s, const registry& components) {
+inline std::vector<sweep_cell> expand_cells(const configs::sweep& s) {
   std::vector<sweep_cell> cells;
   for (const auto& [spec, seed, r] : ranges::views::cartesian_product(s.data, s.seeds, s.recipes)) {
     std::string data = spec;
     if (const auto at = data.find("{seed}"); at != std::string::npos) data.replace(at, 6, std::to_string(seed));
-    const recipe normal = normalized(r, components);
-    cells.push_back({normal, data, seed, cell_folder_name(canonical_name(normal), data, seed)});
+    cells.push_back({r, data, seed, cell_folder_name(canonical_name(r), data, seed)});
   }
   return cells;
 }
@@ -173,14 +173,14 @@ struct run_summary {
 };
 
 // Runs the cells of this shard that have no complete folder yet.
-inline run_summary run_sweep(const configs::sweep& s, const registry& components, const run_options& options) {
+inline run_summary run_sweep(const configs::sweep& s, const run_options& options) {
   if (options.shard_count == 0 || options.shard_index == 0 || options.shard_index > options.shard_count)
     throw error("--shard " + std::to_string(options.shard_index) + "/" + std::to_string(options.shard_count) +
                 ": expected i/N with 1 <= i <= N");
   prepare_results_folder(options.out);
   std::vector<sweep_cell> todo;
   run_summary summary;
-  const auto cells = expand_cells(s, components);
+  const auto cells = expand_cells(s);
   for (std::size_t i = 0; i < cells.size(); ++i) {
     if (i % options.shard_count != options.shard_index - 1) continue;
     ++summary.cells;
@@ -220,7 +220,7 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
       try {
         const auto& cell = todo[i];
         const auto dataset = datasets.acquire(cell.data);
-        const eval_result result = evaluate(cell.value, dataset->data, components, {.decode_steps = s.decode_steps},
+        const eval_result result = evaluate(cell.value, dataset->data, {.decode_steps = s.decode_steps},
                                             dataset->exact ? &*dataset->exact : nullptr);
         // Complete the cell in a staging folder, then rename it into place.
         staging_folder staging(options.out, ".staging-");
@@ -249,6 +249,39 @@ inline run_summary run_sweep(const configs::sweep& s, const registry& components
   if (failure) std::rethrow_exception(failure);
   summary.computed = done;
   return summary;
+}
+
+// The table of the cells stored in a results folder (read_results), the best value of
+// each metric in bold.
+inline text_table results_table(const std::vector<json_value>& results) {
+  const char* metrics[] = {"attn_rel_l2", "attn_rel_l2_p99", "attn_cosine",
+                           "score_kl",    "topk_recall",     "bytes_per_token"};
+  const bool lower_is_better[] = {true, true, false, true, false, true};
+  constexpr std::size_t count = std::size(metrics), bytes_column = count - 1;
+  text_table table{{"recipe", "data"}, {}, {}};
+  table.header.insert(table.header.end(), std::begin(metrics), std::end(metrics));
+  std::vector<std::vector<double>> values(count);
+  for (const auto& r : results) {
+    const auto text = [&](const char* key) {
+      const auto* v = r.find(key);
+      return v && v->is_string() ? v->string() : std::string("?");
+    };
+    std::vector<std::string> row{text("recipe"), text("data")};
+    for (std::size_t m = 0; m < count; ++m) {
+      const auto* v = r.find(metrics[m]);
+      const double x = v && v->is_number() ? v->number() : std::nan("");
+      values[m].push_back(x);
+      row.push_back(format_significant(x, m == bytes_column ? 6 : 4));
+    }
+    table.rows.push_back(row);
+  }
+  for (std::size_t m = 0; m < count && !results.empty(); ++m) {
+    const auto& column = values[m];
+    const auto best = lower_is_better[m] ? std::ranges::min_element(column) : std::ranges::max_element(column);
+    for (std::size_t r = 0; r < column.size(); ++r)
+      if (column[r] == *best) table.best.emplace_back(r, m + 2);
+  }
+  return table;
 }
 
 } // namespace kvlab

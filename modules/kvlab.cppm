@@ -18,4 +18,5 @@ export import kvlab.tokenizer.gguf;
 export import kvlab.model;
 export import kvlab.perplexity;
 export import kvlab.registry_builtin;
+export import kvlab.compose;
 export import kvlab.configs;

@@ -27,10 +27,15 @@ struct bfloat16 {
 };
 static_assert(Quantizer<bfloat16>);
 
-inline void register_into(registry& components) {
-  components.add(
-      {.name = "bf16", .usage = "bf16", .summary = "bfloat16 (saturating)", .paper = "arXiv 1905.12322 sec. 2"},
-      registry::quantizer_factory([](const strategy_args&) { return any_quantizer(bfloat16{}); }));
+inline strategy_info info() {
+  return {.name = "bf16", .usage = "bf16", .summary = "bfloat16 (saturating)", .paper = "arXiv 1905.12322 sec. 2"};
 }
 
+inline bfloat16 make(const strategy_args&) { return bfloat16{}; }
+
 } // namespace kvlab::strategies::bf16
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using bf16 = strategies::bf16::bfloat16;
+} // namespace kvlab::parts

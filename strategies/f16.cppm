@@ -27,9 +27,15 @@ struct float16 {
 };
 static_assert(Quantizer<float16>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "f16", .usage = "f16", .summary = "IEEE binary16 (saturating)", .paper = "-"},
-                 registry::quantizer_factory([](const strategy_args&) { return any_quantizer(float16{}); }));
+inline strategy_info info() {
+  return {.name = "f16", .usage = "f16", .summary = "IEEE binary16 (saturating)", .paper = "-"};
 }
 
+inline float16 make(const strategy_args&) { return float16{}; }
+
 } // namespace kvlab::strategies::f16
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using f16 = strategies::f16::float16;
+} // namespace kvlab::parts

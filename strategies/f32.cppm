@@ -23,9 +23,15 @@ struct float32 {
 };
 static_assert(Quantizer<float32>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "f32", .usage = "f32", .summary = "IEEE binary32, lossless", .paper = "-"},
-                 registry::quantizer_factory([](const strategy_args&) { return any_quantizer(float32{}); }));
+inline strategy_info info() {
+  return {.name = "f32", .usage = "f32", .summary = "IEEE binary32, lossless", .paper = "-"};
 }
 
+inline float32 make(const strategy_args&) { return float32{}; }
+
 } // namespace kvlab::strategies::f32
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using f32 = strategies::f32::float32;
+} // namespace kvlab::parts

@@ -65,9 +65,15 @@ struct flat_storage {
 };
 static_assert(Storage<flat_storage>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "flat", .usage = "flat", .summary = "one contiguous buffer per stream", .paper = "-"},
-                 registry::storage_factory([](const strategy_args&) { return any_storage(flat_storage{}); }));
+inline strategy_info info() {
+  return {.name = "flat", .usage = "flat", .summary = "one contiguous buffer per stream", .paper = "-"};
 }
 
+inline flat_storage make(const strategy_args&) { return flat_storage{}; }
+
 } // namespace kvlab::strategies::flat
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using flat = strategies::flat::flat_storage;
+} // namespace kvlab::parts

@@ -14,6 +14,7 @@ module;
 #include <limits>
 #include <span>
 #include <string>
+#include <vector>
 export module kvlab.strategies.fp8;
 import kvlab.core;
 
@@ -105,18 +106,41 @@ private:
 };
 static_assert(Quantizer<fp8_codec>);
 
-inline void register_into(registry& components) {
-  for (const fp8_layout* layout : {&e4m3, &e4m3fnuz, &e5m2}) {
+inline constexpr const fp8_layout* layouts[] = {&e4m3, &e4m3fnuz, &e5m2};
+
+inline std::vector<strategy_info> info() {
+  std::vector<strategy_info> infos;
+  for (const fp8_layout* layout : layouts) {
     const fp8_codec codec(*layout);
-    components.add(
+    infos.push_back(
         {.name = layout->name,
          .usage = layout->name,
          .summary = "FP8 E" + std::to_string(layout->exponent_bits) + "M" + std::to_string(layout->mantissa_bits) +
                     " (bias " + std::to_string(layout->bias) + ", max " + format_number(codec.max_finite()) +
                     "), absmax scale",
-         .paper = layout->unsigned_zero ? "arXiv 2206.02915 sec. 3" : "arXiv 2209.05433 sec. 3; OCP OFP8 v1.0"},
-        registry::quantizer_factory([codec](const strategy_args&) { return any_quantizer(codec); }));
+         .paper = layout->unsigned_zero ? "arXiv 2206.02915 sec. 3" : "arXiv 2209.05433 sec. 3; OCP OFP8 v1.0"});
   }
+  return infos;
+}
+
+// The registry calls this only for the names info() lists, which take no arguments.
+inline fp8_codec make(const strategy_args& args) {
+  for (const fp8_layout* layout : layouts)
+    if (args.text == layout->name) return fp8_codec(*layout);
+  throw error("unknown fp8 format '" + args.text + "'");
 }
 
 } // namespace kvlab::strategies::fp8
+
+// The typed names recipes use (kvlab.compose): one type per format.
+export namespace kvlab::parts {
+struct fp8_e4m3 : strategies::fp8::fp8_codec {
+  fp8_e4m3() : fp8_codec(strategies::fp8::e4m3) {}
+};
+struct fp8_e4m3fnuz : strategies::fp8::fp8_codec {
+  fp8_e4m3fnuz() : fp8_codec(strategies::fp8::e4m3fnuz) {}
+};
+struct fp8_e5m2 : strategies::fp8::fp8_codec {
+  fp8_e5m2() : fp8_codec(strategies::fp8::e5m2) {}
+};
+} // namespace kvlab::parts

@@ -12,10 +12,11 @@ export namespace kvlab::strategies::group {
 
 struct channel_group {
   using component_concept = granularity_tag;
+  static constexpr token_span spans = token_span::one;
   std::size_t size;
   std::string name() const { return "group(" + std::to_string(size) + ")"; }
   kvlab::group_shape group_shape(std::size_t head_dim) const {
-    if (size > head_dim || head_dim % size != 0)
+    if (size == 0 || size > head_dim || head_dim % size != 0)
       throw error(name() + ": group size " + std::to_string(size) + " must divide head_dim " +
                   std::to_string(head_dim));
     return {.tokens = 1, .channels = size};
@@ -23,17 +24,23 @@ struct channel_group {
 };
 static_assert(Granularity<channel_group>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "group",
-                  .usage = "group(G)",
-                  .summary = "G consecutive channels of one token",
-                  .paper = "arXiv 2206.01861 sec. 3",
-                  .examples = {"group(32)", "group(64)"}},
-                 registry::granularity_factory([](const strategy_args& args) {
-                   args.expect_arguments(1, "group(G)");
-                   const auto size = args.number_in<std::size_t>(0, "group size G (channels)", 1, max_group_length);
-                   return any_granularity(channel_group{size});
-                 }));
+inline strategy_info info() {
+  return {.name = "group",
+          .usage = "group(G)",
+          .summary = "G consecutive channels of one token",
+          .paper = "arXiv 2206.01861 sec. 3",
+          .examples = {"group(32)", "group(64)"}};
+}
+
+inline channel_group make(const strategy_args& args) {
+  args.expect_arguments(1, "group(G)");
+  const auto size = args.number_in<std::size_t>(0, "group size G (channels)", 1, max_group_length);
+  return channel_group{size};
 }
 
 } // namespace kvlab::strategies::group
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using group = strategies::group::channel_group;
+} // namespace kvlab::parts

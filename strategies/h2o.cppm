@@ -28,17 +28,24 @@ struct heavy_hitters {
 };
 static_assert(Eviction<heavy_hitters>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "h2o",
-                  .usage = "h2o(H,R)",
-                  .summary = "H heavy hitters by accumulated attention plus R recent tokens",
-                  .paper = "arXiv 2306.14048 sec. 3",
-                  .examples = {"h2o(8,8)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(2, "h2o(H,R)");
-                   return any_eviction(heavy_hitters{token_budget::parse(a.args[0], "'" + a.text + "', H"),
-                                                     token_budget::parse(a.args[1], "'" + a.text + "', R")});
-                 }));
+inline strategy_info info() {
+  return {.name = "h2o",
+          .usage = "h2o(H,R)",
+          .summary = "H heavy hitters by accumulated attention plus R recent tokens",
+          .paper = "arXiv 2306.14048 sec. 3",
+          .examples = {"h2o(8,8)"},
+          .at_budget = [](double ratio) { return any_eviction(heavy_hitters{ratio / 2, ratio / 2}); }};
+}
+
+inline heavy_hitters make(const strategy_args& a) {
+  a.expect_arguments(2, "h2o(H,R)");
+  return heavy_hitters{token_budget::parse(a.args[0], "'" + a.text + "', H"),
+                       token_budget::parse(a.args[1], "'" + a.text + "', R")};
 }
 
 } // namespace kvlab::strategies::h2o
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using h2o = strategies::h2o::heavy_hitters;
+} // namespace kvlab::parts

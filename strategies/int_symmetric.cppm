@@ -59,15 +59,20 @@ private:
 };
 static_assert(Quantizer<symmetric_int>);
 
-inline void register_into(registry& components) {
-  components.add(
-      {.name = "int",
-       .usage = "int<b> (b = 2..8)",
-       .summary = "symmetric absmax integer, codes in [-(2^(b-1)-1), 2^(b-1)-1]",
-       .paper = "arXiv 1712.05877 sec. 2",
-       .min_width = 2,
-       .max_width = 8},
-      registry::quantizer_factory([](const strategy_args& args) { return any_quantizer(symmetric_int{*args.width}); }));
+inline strategy_info info() {
+  return {.name = "int",
+          .usage = "int<b> (b = 2..8)",
+          .summary = "symmetric absmax integer, codes in [-(2^(b-1)-1), 2^(b-1)-1]",
+          .paper = "arXiv 1712.05877 sec. 2",
+          .min_width = 2,
+          .max_width = 8};
 }
 
+inline symmetric_int make(const strategy_args& args) { return symmetric_int{*args.width}; }
+
 } // namespace kvlab::strategies::int_symmetric
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using int_q = strategies::int_symmetric::symmetric_int;
+} // namespace kvlab::parts

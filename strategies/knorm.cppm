@@ -31,16 +31,23 @@ struct small_key_norm {
 };
 static_assert(Eviction<small_key_norm>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "knorm",
-                  .usage = "knorm(B)",
-                  .summary = "keep the keys with the smallest L2 norm",
-                  .paper = "arXiv 2406.11430 sec. 3",
-                  .examples = {"knorm(16)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(1, "knorm(B)");
-                   return any_eviction(small_key_norm{token_budget::parse(a.args[0], "'" + a.text + "', B")});
-                 }));
+inline strategy_info info() {
+  return {.name = "knorm",
+          .usage = "knorm(B)",
+          .summary = "keep the keys with the smallest L2 norm",
+          .paper = "arXiv 2406.11430 sec. 3",
+          .examples = {"knorm(16)"},
+          .at_budget = [](double ratio) { return any_eviction(small_key_norm{ratio}); }};
+}
+
+inline small_key_norm make(const strategy_args& a) {
+  a.expect_arguments(1, "knorm(B)");
+  return small_key_norm{token_budget::parse(a.args[0], "'" + a.text + "', B")};
 }
 
 } // namespace kvlab::strategies::knorm
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using knorm = strategies::knorm::small_key_norm;
+} // namespace kvlab::parts

@@ -89,15 +89,20 @@ private:
 };
 static_assert(Quantizer<lloyd_max>);
 
-inline void register_into(registry& components) {
-  components.add(
-      {.name = "lloyd",
-       .usage = "lloyd<b> (b = 1..4)",
-       .summary = "Lloyd-Max Gaussian codebook, RMS scale",
-       .paper = "Max 1960 table I; arXiv 2504.19874 sec. 3.1",
-       .min_width = 1,
-       .max_width = 4},
-      registry::quantizer_factory([](const strategy_args& args) { return any_quantizer(lloyd_max{*args.width}); }));
+inline strategy_info info() {
+  return {.name = "lloyd",
+          .usage = "lloyd<b> (b = 1..4)",
+          .summary = "Lloyd-Max Gaussian codebook, RMS scale",
+          .paper = "Max 1960 table I; arXiv 2504.19874 sec. 3.1",
+          .min_width = 1,
+          .max_width = 4};
 }
 
+inline lloyd_max make(const strategy_args& args) { return lloyd_max{*args.width}; }
+
 } // namespace kvlab::strategies::lloyd
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using lloyd = strategies::lloyd::lloyd_max;
+} // namespace kvlab::parts

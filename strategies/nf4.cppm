@@ -33,12 +33,18 @@ struct normal_float4 {
 };
 static_assert(Quantizer<normal_float4>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "nf4",
-                  .usage = "nf4",
-                  .summary = "4-bit NormalFloat (QLoRA), absmax scale",
-                  .paper = "arXiv 2305.14314 sec. 3, app. E"},
-                 registry::quantizer_factory([](const strategy_args&) { return any_quantizer(normal_float4{}); }));
+inline strategy_info info() {
+  return {.name = "nf4",
+          .usage = "nf4",
+          .summary = "4-bit NormalFloat (QLoRA), absmax scale",
+          .paper = "arXiv 2305.14314 sec. 3, app. E"};
 }
 
+inline normal_float4 make(const strategy_args&) { return normal_float4{}; }
+
 } // namespace kvlab::strategies::nf4
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using nf4 = strategies::nf4::normal_float4;
+} // namespace kvlab::parts

@@ -11,6 +11,7 @@ export namespace kvlab::strategies::none {
 
 struct keep_all {
   using component_concept = eviction_tag;
+  static constexpr bool keeps_every_token = true;
   std::string name() const { return "none"; }
   eviction_needs needs() const { return {}; }
   std::size_t budget(std::size_t seen) const { return seen; }
@@ -18,9 +19,13 @@ struct keep_all {
 };
 static_assert(Eviction<keep_all>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "none", .usage = "none", .summary = "keep every token", .paper = "-"},
-                 registry::eviction_factory([](const strategy_args&) { return any_eviction(keep_all{}); }));
-}
+inline strategy_info info() { return {.name = "none", .usage = "none", .summary = "keep every token", .paper = "-"}; }
+
+inline keep_all make(const strategy_args&) { return keep_all{}; }
 
 } // namespace kvlab::strategies::none
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using none = strategies::none::keep_all;
+} // namespace kvlab::parts

@@ -107,25 +107,29 @@ struct paged_storage {
   std::shared_ptr<page_pool> pool = std::make_shared<page_pool>();
   std::string name() const { return "paged(" + std::to_string(page_records) + ")"; }
   std::unique_ptr<record_store> make_store(std::size_t record_bytes) const {
+    if (page_records == 0 || page_records > max_page_records)
+      throw error(name() + ": page size must be in 1.." + std::to_string(max_page_records) + " records");
     return std::make_unique<paged_records>(record_bytes, page_records, pool);
   }
 };
 static_assert(Storage<paged_storage>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "paged",
-                  .usage = "paged(P)",
-                  .summary = "pages of P records per stream, shared free list",
-                  .paper = "arXiv 2309.06180 sec. 4",
-                  .examples = {"paged(16)", "paged(3)"}},
-                 registry::storage_factory([](const strategy_args& args) {
-                   args.expect_arguments(1, "paged(P)");
-                   const auto page_records = args.number<std::size_t>(0, "page size P (records)");
-                   if (page_records == 0 || page_records > max_page_records)
-                     throw error("'" + args.text + "': page size must be in 1.." + std::to_string(max_page_records) +
-                                 " records");
-                   return any_storage(paged_storage{page_records});
-                 }));
+inline strategy_info info() {
+  return {.name = "paged",
+          .usage = "paged(P)",
+          .summary = "pages of P records per stream, shared free list",
+          .paper = "arXiv 2309.06180 sec. 4",
+          .examples = {"paged(16)", "paged(3)"}};
+}
+
+inline paged_storage make(const strategy_args& args) {
+  args.expect_arguments(1, "paged(P)");
+  return paged_storage{args.number_in<std::size_t>(0, "page size P (records)", 1, max_page_records)};
 }
 
 } // namespace kvlab::strategies::paged
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using paged = strategies::paged::paged_storage;
+} // namespace kvlab::parts

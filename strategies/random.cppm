@@ -29,17 +29,23 @@ struct random_tokens {
 };
 static_assert(Eviction<random_tokens>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "random",
-                  .usage = "random(B,seed)",
-                  .summary = "keep B tokens chosen at random (seeded)",
-                  .paper = "arXiv 2306.14048 sec. 5 (baseline)",
-                  .examples = {"random(16,1)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(2, "random(B,seed)");
-                   return any_eviction(random_tokens{token_budget::parse(a.args[0], "'" + a.text + "', B"),
-                                                     a.number<std::uint64_t>(1, "seed")});
-                 }));
+inline strategy_info info() {
+  return {.name = "random",
+          .usage = "random(B,seed)",
+          .summary = "keep B tokens chosen at random (seeded)",
+          .paper = "arXiv 2306.14048 sec. 5 (baseline)",
+          .examples = {"random(16,1)"},
+          .at_budget = [](double ratio) { return any_eviction(random_tokens{ratio, 1}); }};
+}
+
+inline random_tokens make(const strategy_args& a) {
+  a.expect_arguments(2, "random(B,seed)");
+  return random_tokens{token_budget::parse(a.args[0], "'" + a.text + "', B"), a.number<std::uint64_t>(1, "seed")};
 }
 
 } // namespace kvlab::strategies::random
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using random = strategies::random::random_tokens;
+} // namespace kvlab::parts

@@ -11,6 +11,7 @@
 module;
 #include <bit>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -36,6 +37,11 @@ class randomized_hadamard {
 public:
   using component_concept = quantizer_tag;
   randomized_hadamard(any_quantizer inner, std::uint64_t seed) : inner_(std::move(inner)), seed_(seed) {}
+  // Typed recipes: `rht{lloyd{3}}`, `rht{int_q{4}, 7}`.
+  template <class Q>
+    requires(!std::same_as<Q, randomized_hadamard> && Quantizer<Q>) // not a copy
+  explicit randomized_hadamard(Q inner, std::uint64_t seed = default_seed)
+      : randomized_hadamard(any_quantizer(std::move(inner)), seed) {}
 
   std::string name() const {
     return "rht(" + inner_.name() + (seed_ == default_seed ? "" : "," + std::to_string(seed_)) + ")";
@@ -83,20 +89,25 @@ private:
 static_assert(Quantizer<randomized_hadamard>);
 static_assert(rotates_tokens<randomized_hadamard>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "rht",
-                  .usage = "rht(Q) or rht(Q,seed)",
-                  .summary = "randomized Hadamard rotation before quantizer Q",
-                  .paper = "arXiv 2504.19874 sec. 3; arXiv 2404.00456 sec. 3",
-                  .examples = {"rht(lloyd2)", "rht(int4,7)"}},
-                 registry::quantizer_factory([](const strategy_args& args) {
-                   if (args.args.empty() || args.args.size() > 2)
-                     throw error("'" + args.text +
-                                 "' takes a quantizer and an optional seed (usage: rht(Q) or rht(Q,seed))");
-                   const std::uint64_t seed = args.args.size() == 2 ? args.number<std::uint64_t>(1, "seed")
-                                                                    : randomized_hadamard::default_seed;
-                   return any_quantizer(randomized_hadamard{args.components->make_quantizer(args.args[0]), seed});
-                 }));
+inline strategy_info info() {
+  return {.name = "rht",
+          .usage = "rht(Q) or rht(Q,seed)",
+          .summary = "randomized Hadamard rotation before quantizer Q",
+          .paper = "arXiv 2504.19874 sec. 3; arXiv 2404.00456 sec. 3",
+          .examples = {"rht(lloyd2)", "rht(int4,7)"}};
+}
+
+inline randomized_hadamard make(const strategy_args& args) {
+  if (args.args.empty() || args.args.size() > 2)
+    throw error("'" + args.text + "' takes a quantizer and an optional seed (usage: rht(Q) or rht(Q,seed))");
+  const std::uint64_t seed =
+      args.args.size() == 2 ? args.number<std::uint64_t>(1, "seed") : randomized_hadamard::default_seed;
+  return randomized_hadamard{args.components->make_quantizer(args.args[0]), seed};
 }
 
 } // namespace kvlab::strategies::rht
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using rht = strategies::rht::randomized_hadamard;
+} // namespace kvlab::parts

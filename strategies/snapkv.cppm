@@ -10,6 +10,7 @@ module;
 #include <vector>
 export module kvlab.strategies.snapkv;
 import kvlab.core;
+import kvlab.strategies.prefill;
 
 export namespace kvlab::strategies::snapkv {
 
@@ -22,9 +23,9 @@ struct observation_vote {
     return "snapkv(" + keep.text() + "," + std::to_string(window) + "," + std::to_string(kernel) + ")";
   }
   eviction_needs needs() const {
-    return {.attention = true,
-            .observation_window = window,
-            .schedule = {.when = compress_schedule::kind::prefill, .period = 0}};
+    if (window < 1 || kernel % 2 == 0)
+      throw error(name() + ": the observation window W must be at least 1 and the pooling kernel K odd");
+    return {.attention = true, .observation_window = window, .schedule = any_schedule(prefill::once_after_prefill{})};
   }
   std::size_t budget(std::size_t seen) const { return std::max(keep.tokens(seen), std::min(seen, window)); }
   std::vector<double> scores(const eviction_view& view) const {
@@ -44,21 +45,26 @@ struct observation_vote {
 };
 static_assert(Eviction<observation_vote>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "snapkv",
-                  .usage = "snapkv(B,W,K)",
-                  .summary = "budget B, observation window W, odd pooling kernel K; at prefill",
-                  .paper = "arXiv 2404.14469 sec. 4.2",
-                  .examples = {"snapkv(16,4,3)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(3, "snapkv(B,W,K)");
-                   const auto window = a.number_in<std::size_t>(1, "observation window W", 1, max_tokens);
-                   const auto kernel = a.number_in<std::size_t>(2, "pooling kernel K", 1, max_tokens);
-                   if (kernel % 2 == 0)
-                     throw error("'" + a.text + "': the pooling kernel K must be odd (1, 3, 5, ...)");
-                   return any_eviction(
-                       observation_vote{token_budget::parse(a.args[0], "'" + a.text + "', B"), window, kernel});
-                 }));
+inline strategy_info info() {
+  return {.name = "snapkv",
+          .usage = "snapkv(B,W,K)",
+          .summary = "budget B, observation window W, odd pooling kernel K; at prefill",
+          .paper = "arXiv 2404.14469 sec. 4.2",
+          .examples = {"snapkv(16,4,3)"},
+          .at_budget = [](double ratio) { return any_eviction(observation_vote{ratio, 32, 5}); }};
+}
+
+inline observation_vote make(const strategy_args& a) {
+  a.expect_arguments(3, "snapkv(B,W,K)");
+  const auto window = a.number_in<std::size_t>(1, "observation window W", 1, max_tokens);
+  const auto kernel = a.number_in<std::size_t>(2, "pooling kernel K", 1, max_tokens);
+  if (kernel % 2 == 0) throw error("'" + a.text + "': the pooling kernel K must be odd (1, 3, 5, ...)");
+  return observation_vote{token_budget::parse(a.args[0], "'" + a.text + "', B"), window, kernel};
 }
 
 } // namespace kvlab::strategies::snapkv
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using snapkv = strategies::snapkv::observation_vote;
+} // namespace kvlab::parts

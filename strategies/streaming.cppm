@@ -25,17 +25,24 @@ struct sinks_and_window {
 };
 static_assert(Eviction<sinks_and_window>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "streaming",
-                  .usage = "streaming(S,N)",
-                  .summary = "S attention sinks plus the N most recent tokens",
-                  .paper = "arXiv 2309.17453 sec. 3.2-3.3",
-                  .examples = {"streaming(4,16)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(2, "streaming(S,N)");
-                   return any_eviction(sinks_and_window{a.number_in<std::size_t>(0, "S", 0, max_tokens),
-                                                        token_budget::parse(a.args[1], "'" + a.text + "', N")});
-                 }));
+inline strategy_info info() {
+  return {.name = "streaming",
+          .usage = "streaming(S,N)",
+          .summary = "S attention sinks plus the N most recent tokens",
+          .paper = "arXiv 2309.17453 sec. 3.2-3.3",
+          .examples = {"streaming(4,16)"},
+          .at_budget = [](double ratio) { return any_eviction(sinks_and_window{4, ratio}); }};
+}
+
+inline sinks_and_window make(const strategy_args& a) {
+  a.expect_arguments(2, "streaming(S,N)");
+  return sinks_and_window{a.number_in<std::size_t>(0, "S", 0, max_tokens),
+                          token_budget::parse(a.args[1], "'" + a.text + "', N")};
 }
 
 } // namespace kvlab::strategies::streaming
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using streaming = strategies::streaming::sinks_and_window;
+} // namespace kvlab::parts

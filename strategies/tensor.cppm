@@ -12,17 +12,24 @@ export namespace kvlab::strategies::tensor {
 
 struct per_tensor {
   using component_concept = granularity_tag;
+  static constexpr token_span spans = token_span::all;
   std::string name() const { return "tensor"; }
   kvlab::group_shape group_shape(std::size_t head_dim) const { return {.tokens = 0, .channels = head_dim}; }
 };
 static_assert(Granularity<per_tensor>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "tensor",
-                  .usage = "tensor",
-                  .summary = "one group for the whole stream",
-                  .paper = "arXiv 2209.05433 sec. 4"},
-                 registry::granularity_factory([](const strategy_args&) { return any_granularity(per_tensor{}); }));
+inline strategy_info info() {
+  return {.name = "tensor",
+          .usage = "tensor",
+          .summary = "one group for the whole stream",
+          .paper = "arXiv 2209.05433 sec. 4"};
 }
 
+inline per_tensor make(const strategy_args&) { return per_tensor{}; }
+
 } // namespace kvlab::strategies::tensor
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using tensor = strategies::tensor::per_tensor;
+} // namespace kvlab::parts

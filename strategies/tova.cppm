@@ -22,16 +22,23 @@ struct latest_attention {
 };
 static_assert(Eviction<latest_attention>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "tova",
-                  .usage = "tova(B)",
-                  .summary = "keep the tokens the latest query attends to most",
-                  .paper = "arXiv 2401.06104 sec. 3",
-                  .examples = {"tova(16)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(1, "tova(B)");
-                   return any_eviction(latest_attention{token_budget::parse(a.args[0], "'" + a.text + "', B")});
-                 }));
+inline strategy_info info() {
+  return {.name = "tova",
+          .usage = "tova(B)",
+          .summary = "keep the tokens the latest query attends to most",
+          .paper = "arXiv 2401.06104 sec. 3",
+          .examples = {"tova(16)"},
+          .at_budget = [](double ratio) { return any_eviction(latest_attention{ratio}); }};
+}
+
+inline latest_attention make(const strategy_args& a) {
+  a.expect_arguments(1, "tova(B)");
+  return latest_attention{token_budget::parse(a.args[0], "'" + a.text + "', B")};
 }
 
 } // namespace kvlab::strategies::tova
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using tova = strategies::tova::latest_attention;
+} // namespace kvlab::parts

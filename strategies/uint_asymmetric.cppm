@@ -50,15 +50,20 @@ private:
 };
 static_assert(Quantizer<asymmetric_uint>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "uint",
-                  .usage = "uint<b> (b = 1..8)",
-                  .summary = "asymmetric min-max integer with zero point",
-                  .paper = "arXiv 1712.05877 sec. 2.1; arXiv 2402.02750 sec. 3",
-                  .min_width = 1,
-                  .max_width = 8},
-                 registry::quantizer_factory(
-                     [](const strategy_args& args) { return any_quantizer(asymmetric_uint{*args.width}); }));
+inline strategy_info info() {
+  return {.name = "uint",
+          .usage = "uint<b> (b = 1..8)",
+          .summary = "asymmetric min-max integer with zero point",
+          .paper = "arXiv 1712.05877 sec. 2.1; arXiv 2402.02750 sec. 3",
+          .min_width = 1,
+          .max_width = 8};
 }
 
+inline asymmetric_uint make(const strategy_args& args) { return asymmetric_uint{*args.width}; }
+
 } // namespace kvlab::strategies::uint_asymmetric
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using uint_q = strategies::uint_asymmetric::asymmetric_uint;
+} // namespace kvlab::parts

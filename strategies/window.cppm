@@ -23,16 +23,23 @@ struct recent_window {
 };
 static_assert(Eviction<recent_window>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "window",
-                  .usage = "window(N)",
-                  .summary = "keep the N most recent tokens (N a count or a ratio of the tokens seen)",
-                  .paper = "arXiv 2004.05150 sec. 3.1",
-                  .examples = {"window(16)"}},
-                 registry::eviction_factory([](const strategy_args& a) {
-                   a.expect_arguments(1, "window(N)");
-                   return any_eviction(recent_window{token_budget::parse(a.args[0], "'" + a.text + "', N")});
-                 }));
+inline strategy_info info() {
+  return {.name = "window",
+          .usage = "window(N)",
+          .summary = "keep the N most recent tokens (N a count or a ratio of the tokens seen)",
+          .paper = "arXiv 2004.05150 sec. 3.1",
+          .examples = {"window(16)"},
+          .at_budget = [](double ratio) { return any_eviction(recent_window{ratio}); }};
+}
+
+inline recent_window make(const strategy_args& a) {
+  a.expect_arguments(1, "window(N)");
+  return recent_window{token_budget::parse(a.args[0], "'" + a.text + "', N")};
 }
 
 } // namespace kvlab::strategies::window
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using window = strategies::window::recent_window;
+} // namespace kvlab::parts

@@ -16,8 +16,7 @@ namespace {
 const kvlab::registry& components() { return kvlab::builtin_registry(); }
 
 kvlab::eval_result run(const std::string& recipe, const std::string& data, std::size_t steps = 32) {
-  return kvlab::evaluate(kvlab::parse_recipe(recipe, components()), kvlab::load_data(data), components(),
-                         {.decode_steps = steps});
+  return kvlab::evaluate(kvlab::parse_recipe(recipe, components()), kvlab::load_data(data), {.decode_steps = steps});
 }
 
 const std::string gaussian = "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)";
@@ -94,14 +93,13 @@ BOOST_AUTO_TEST_CASE(a_shared_exact_reference_gives_the_same_results_bit_for_bit
   for (const std::string recipe :
        {"k=int4@group(32),v=int4@group(32)", "k=uint2@channel(32),v=uint2@group(32),residual=16,evict=h2o(0.2,0.2)"}) {
     const auto r = kvlab::parse_recipe(recipe, components);
-    BOOST_TEST(kvlab::to_json(kvlab::evaluate(r, data, components, options, &exact)) ==
-               kvlab::to_json(kvlab::evaluate(r, data, components, options)));
+    BOOST_TEST(kvlab::to_json(kvlab::evaluate(r, data, options, &exact)) ==
+               kvlab::to_json(kvlab::evaluate(r, data, options)));
   }
   // One computed for other decode steps is refused, not silently misread.
   const auto other = kvlab::compute_exact_attention(data, 4);
-  BOOST_CHECK_THROW(
-      kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f16@token", components), data, components, options, &other),
-      kvlab::error);
+  BOOST_CHECK_THROW(kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f16@token", components), data, options, &other),
+                    kvlab::error);
   BOOST_CHECK_THROW(kvlab::compute_exact_attention(data, 96), kvlab::error);
 }
 
@@ -136,17 +134,17 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bit_identical_results) {
 BOOST_AUTO_TEST_CASE(protocol_rejects_bad_step_counts_and_unsupported_tiers) {
   const auto data = kvlab::load_data("synthetic:gaussian(T=16)");
   const auto recipe = kvlab::parse_recipe("k=int8@token", components());
-  BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, components(), {.decode_steps = 16}), kvlab::error);
-  BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, components(), {.decode_steps = 0}), kvlab::error);
+  BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, {.decode_steps = 16}), kvlab::error);
+  BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, {.decode_steps = 0}), kvlab::error);
   const auto per_tensor = kvlab::parse_recipe("k=int8@tensor", components());
-  BOOST_CHECK_THROW(kvlab::evaluate(per_tensor, data, components(), {.decode_steps = 4}), kvlab::error);
+  BOOST_CHECK_THROW(kvlab::evaluate(per_tensor, data, {.decode_steps = 4}), kvlab::error);
 }
 
 BOOST_AUTO_TEST_CASE(non_finite_kv_data_is_reported_with_its_position) {
   auto data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=2,T=8,D=4)");
   data.values.row(1, 0, 5)[3] = NAN;
   try {
-    kvlab::evaluate(kvlab::parse_recipe("k=f16@token", components()), data, components(), {.decode_steps = 2});
+    kvlab::evaluate(kvlab::parse_recipe("k=f16@token", components()), data, {.decode_steps = 2});
     BOOST_FAIL("NaN was accepted");
   } catch (const kvlab::error& e) {
     BOOST_TEST(std::string(e.what()).find(
@@ -217,7 +215,7 @@ BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_r
   };
   const auto error_of = [](const std::string& recipe, const kvlab::kv_data& data) {
     return kvlab_test::message_of<kvlab::error>(
-        [&] { kvlab::evaluate(kvlab::parse_recipe(recipe, components()), data, components(), {.decode_steps = 8}); });
+        [&] { kvlab::evaluate(kvlab::parse_recipe(recipe, components()), data, {.decode_steps = 8}); });
   };
   const auto huge = scaled(1e20);
   for (const std::string recipe : {"k=f32@token,v=f32@token", "k=int8@token,v=int8@token,scale=f32"}) {
@@ -230,14 +228,14 @@ BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_r
   BOOST_TEST(residual.find("beyond the fp16 range (65504) of the sink and residual tiers") != std::string::npos,
              residual);
   // The f16 quantizer saturates at +-65504 (a documented choice): finite, honest errors.
-  const auto saturated = kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f32@token", components()), large,
-                                         components(), {.decode_steps = 8});
+  const auto saturated =
+      kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f32@token", components()), large, {.decode_steps = 8});
   BOOST_TEST(std::isfinite(saturated.attn_rel_l2.mean));
   BOOST_TEST(saturated.key_mse.mean > 1e9);
   const std::string scales = error_of("k=int8@token,v=f32@token", scaled(1e9));
   BOOST_TEST(scales.find("beyond the fp16 range (65504); use scale=f32") != std::string::npos, scales);
   const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=f32@token,scale=f32", components()), large,
-                                 components(), {.decode_steps = 8});
+                                 {.decode_steps = 8});
   BOOST_TEST(std::isfinite(r.attn_rel_l2.mean));
   BOOST_TEST(r.attn_rel_l2.mean < 0.05);
 }
@@ -249,8 +247,8 @@ BOOST_AUTO_TEST_CASE(cache_estimate_is_a_tight_upper_bound_without_eviction) {
                                  "k=f32@token,v=f16@token,scale=f32,sinks=4", "k=rht(lloyd3)@token,v=nf4@group(32)"}) {
     BOOST_TEST_CONTEXT(text) {
       const auto recipe = kvlab::parse_recipe(text, components());
-      const double estimate = kvlab::estimated_cache_bytes(recipe, components(), 4, 512, 64);
-      const auto held = static_cast<double>(kvlab::evaluate(recipe, data, components()).cache_bytes);
+      const double estimate = kvlab::estimated_cache_bytes(recipe, 4, 512, 64);
+      const auto held = static_cast<double>(kvlab::evaluate(recipe, data).cache_bytes);
       BOOST_TEST(estimate >= held);
       BOOST_TEST(estimate <= 1.1 * held);
     }

@@ -21,8 +21,7 @@ namespace {
 const kvlab::registry& components() { return kvlab::builtin_registry(); }
 
 kvlab::kv_cache make_cache(const std::string& recipe, const kvlab::kv_data& data) {
-  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), components(), data.layers(), data.kv_heads(),
-                         data.head_dim());
+  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), data.layers(), data.kv_heads(), data.head_dim());
 }
 
 std::vector<std::size_t> held_positions(const kvlab::kv_stream& stream) {
@@ -64,7 +63,8 @@ BOOST_AUTO_TEST_CASE(every_policy_keeps_its_budget_after_every_step_and_frees_th
       const std::string recipe = "k=int8@token,v=int8@token,evict=" + policy;
       auto cache = make_cache(recipe, data);
       const auto eviction = components().make_eviction(policy);
-      const bool at_prefill = eviction.needs().schedule.when == kvlab::compress_schedule::kind::prefill;
+      const auto schedule = eviction.needs().schedule;
+      const bool at_prefill = schedule && schedule->after_prefill();
       const std::size_t prefill = data.tokens();
       std::size_t expected = 0;
       kvlab::step_scratch scratch;
@@ -287,7 +287,7 @@ BOOST_AUTO_TEST_CASE(eviction_composes_with_kivi_quantization_below_either_alone
   for (const std::string store : {"", ",store=paged(16)"}) {
     const std::string kivi = "k=uint2@channel(32),v=uint2@group(32),residual=128";
     const auto evaluate = [&](const std::string& r) {
-      return kvlab::evaluate(kvlab::parse_recipe(r + store, components()), data, components());
+      return kvlab::evaluate(kvlab::parse_recipe(r + store, components()), data);
     };
     const auto both = evaluate(kivi + ",evict=h2o(0.1,0.1)");
     const auto quantized = evaluate(kivi);
@@ -328,8 +328,7 @@ BOOST_AUTO_TEST_CASE(the_same_recipe_and_seed_give_identical_results) {
   for (const std::string r : {"k=int4@group(32),v=int4@group(32),evict=random(0.3,5)",
                               "k=f16@token,v=f16@token,evict=snapkv(0.25,16,5),alloc=adakv"}) {
     const auto recipe = kvlab::parse_recipe(r, components());
-    BOOST_TEST(kvlab::to_json(kvlab::evaluate(recipe, data, components())) ==
-               kvlab::to_json(kvlab::evaluate(recipe, data, components())));
+    BOOST_TEST(kvlab::to_json(kvlab::evaluate(recipe, data)) == kvlab::to_json(kvlab::evaluate(recipe, data)));
   }
 }
 
@@ -348,18 +347,21 @@ BOOST_AUTO_TEST_CASE(bad_eviction_recipes_name_the_problem) {
   fails_with("k=f16@token,evict=snapkv(64,8,4)", "odd");
   fails_with("k=f16@token,evict=snapkv(64,0,5)", "observation window W: '0' is outside 1..");
   fails_with("k=f16@token,evict=lru(5)", "lru");
-  fails_with("k=f16@token,evict=h2o(4,4),alloc=fair", "uniform, pyramid(beta) or adakv(alpha)");
-  fails_with("k=f16@token,evict=h2o(4,4),alloc=adakv(2)", "alpha in [0, 1]");
-  fails_with("k=f16@token,evict=h2o(4,4),gqa=median", "mean or max");
-  fails_with("k=f16@token,evict=h2o(4,4),compress=every(0)", "every(N): '0' is outside 1..");
-  fails_with("k=f16@token,evict=h2o(4,4),compress=sometimes", "prefill, step or every(N)");
+  fails_with("k=f16@token,evict=h2o(4,4),alloc=fair",
+             "unknown allocation 'fair'; allowed: " + components().allowed(kvlab::component_kind::allocation));
+  fails_with("k=f16@token,evict=h2o(4,4),alloc=adakv(2)", "alpha must be in [0, 1], got 2");
+  fails_with("k=f16@token,evict=h2o(4,4),gqa=median",
+             "unknown aggregation 'median'; allowed: " + components().allowed(kvlab::component_kind::aggregation));
+  fails_with("k=f16@token,evict=h2o(4,4),compress=every(0)", "'every(0)', N: '0' is outside 1..");
+  fails_with("k=f16@token,evict=h2o(4,4),compress=sometimes",
+             "unknown schedule 'sometimes'; allowed: " + components().allowed(kvlab::component_kind::schedule));
   fails_with("k=f16@token,evict=h2o(4,4),demote=uint2", "quantizer@granularity");
   fails_with("k=f16@token,evict=h2o(4,4),demote=uint9@token", "uint9");
   fails_with("k=f16@token,demote=uint2@token", "need an eviction policy");
   fails_with("k=f16@token,alloc=adakv", "need an eviction policy");
   // Demotion needs per-token groups: known only with the head dimension, at cache construction.
   const auto r = kvlab::parse_recipe("k=f16@token,v=f16@token,evict=h2o(4,4),demote=uint2@channel(16)", components());
-  BOOST_CHECK_EXCEPTION(kvlab::kv_cache(r, components(), 1, 1, 32), kvlab::error, [](const kvlab::error& e) {
+  BOOST_CHECK_EXCEPTION(kvlab::kv_cache(r, 1, 1, 32), kvlab::error, [](const kvlab::error& e) {
     return std::string(e.what()).find("per-token groups") != std::string::npos;
   });
 }

@@ -37,7 +37,7 @@ const kvlab::registry& components() { return kvlab::builtin_registry(); }
 kvlab::perplexity_result score(const kvlab::model_config& c, const kvlab::model_weights& w,
                                std::span<const std::int32_t> tokens, const std::string& recipe,
                                const kvlab::perplexity_options& o, const kvlab::scored_run* base = nullptr) {
-  const auto run = kvlab::run_scored(c, w, tokens, kvlab::parse_recipe(recipe, components()), components(), o);
+  const auto run = kvlab::run_scored(c, w, tokens, kvlab::parse_recipe(recipe, components()), o);
   return kvlab::compare_with_base(base ? *base : run, run, c, recipe);
 }
 
@@ -205,8 +205,8 @@ BOOST_AUTO_TEST_CASE(ppl_ranks_recipes_on_stories260k) {
   const kvlab::model m = kvlab::load_model(*stories);
   const auto tokens = story_tokens(m);
   const kvlab::perplexity_options o{.context = 64, .chunk_bos = m.tokenizer->bos()};
-  const auto base = kvlab::run_scored(m.config, m.weights, tokens,
-                                      kvlab::parse_recipe("k=f16@token,v=f16@token", components()), components(), o);
+  const auto base =
+      kvlab::run_scored(m.config, m.weights, tokens, kvlab::parse_recipe("k=f16@token,v=f16@token", components()), o);
   const auto kld = [&](const std::string& recipe) {
     const auto r = score(m.config, m.weights, tokens, recipe, o, &base);
     BOOST_TEST_MESSAGE(recipe << ": KLD " << r.kld.value << ", PPL " << r.ppl.value);
@@ -252,7 +252,7 @@ BOOST_AUTO_TEST_CASE(model_data_spec_gives_a_real_workload) {
   BOOST_TEST((data.queries.shape() == kvlab::kv_shape{5, 8, 96, 8}));
   BOOST_TEST(data.source == spec);
   const auto& c = components();
-  const auto int8 = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=int8@token", c), data, c, {.decode_steps = 16});
+  const auto int8 = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=int8@token", c), data, {.decode_steps = 16});
   BOOST_TEST((int8.attn_rel_l2.mean > 0.0 && int8.attn_rel_l2.mean < 0.2));
   const auto expect_error = [&](const std::string& bad, const std::string& fragment) {
     BOOST_CHECK_EXCEPTION(kvlab::load_workload(bad), kvlab::error, [&](const kvlab::error& e) {

@@ -35,7 +35,7 @@ std::vector<std::int32_t> token_sequence(std::size_t n, std::size_t vocab) {
 std::vector<float> cached_logits(const kvlab::model_config& c, const kvlab::model_weights& w, const std::string& recipe,
                                  std::span<const std::int32_t> tokens, unsigned threads) {
   const auto& components = kvlab::builtin_registry();
-  kvlab::kv_cache cache(kvlab::parse_recipe(recipe, components), components, c.layers, c.kv_heads, c.head_dim);
+  kvlab::kv_cache cache(kvlab::parse_recipe(recipe, components), c.layers, c.kv_heads, c.head_dim);
   kvlab::cache_attention attention(cache, c, {.threads = threads});
   return kvlab::forward(c, w, tokens, 0, attention, 0, threads);
 }
@@ -98,8 +98,7 @@ BOOST_AUTO_TEST_CASE(capture_records_what_the_model_attends_with) {
   // The captured workload is what the cached forward pass attends with: an f32 cache over
   // it reproduces exact attention.
   const auto& components = kvlab::builtin_registry();
-  const auto r =
-      kvlab::evaluate(kvlab::parse_recipe("k=f32@token,v=f32@token", components), d, components, {.decode_steps = 8});
+  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=f32@token,v=f32@token", components), d, {.decode_steps = 8});
   BOOST_TEST(r.attn_rel_l2.max < 1e-5);
 }
 

@@ -16,7 +16,7 @@ namespace {
 const kvlab::registry& components() { return kvlab::builtin_registry(); }
 
 kvlab::kv_cache make_cache(const std::string& recipe, std::size_t layers, std::size_t kv_heads, std::size_t head_dim) {
-  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), components(), layers, kv_heads, head_dim);
+  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), layers, kv_heads, head_dim);
 }
 
 void fill(kvlab::kv_cache& cache, const kvlab::kv_data& data, std::size_t tokens) {

@@ -1,23 +1,31 @@
-// Registers the ternary quantizer next to kvlab's own strategies and evaluates it against
-// built-in recipes on synthetic data, printing one line per recipe.
-#include <cstdio>
-#include <string>
+// A sweep of this project's own quantizer (ternary.cppm) and eviction policy (strided.cppm)
+// next to kvlab's built-in components, composed as typed recipes, run by kvlab's runner into
+// a results folder, and printed as its table.
+#include <filesystem>
+#include <iostream>
+#include <vector>
 import kvlab;
+import kvlab.runner;
 import outside.ternary;
+import outside.strided;
 
-int main() {
-  kvlab::registry components = kvlab::builtin_registry();
-  components.add(
-      {.name = "ternary",
-       .usage = "ternary",
-       .summary = "{-s, 0, +s}, s = mean |x|",
-       .paper = "arXiv 1605.04711 sec. 2.2"},
-      kvlab::registry::quantizer_factory([](const kvlab::strategy_args&) { return kvlab::any_quantizer(ternary{}); }));
-  const kvlab::kv_data data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=8,T=256,D=64,seed=1)");
-  for (const std::string text : {"k=int4@group(32),v=int4@group(32)", "k=ternary@group(32),v=ternary@group(32)"}) {
-    const kvlab::recipe r = kvlab::parse_recipe(text, components);
-    const kvlab::eval_result result = kvlab::evaluate(r, data, components, {.decode_steps = 4});
-    std::printf("%s: %.0f bytes per token, attention relative L2 error %.4f\n", kvlab::canonical_name(r).c_str(),
-                result.bytes_per_token, result.attn_rel_l2.mean);
-  }
+int main(int argc, char** argv) {
+  using namespace kvlab::parts;
+  const std::filesystem::path out = argc > 1 ? argv[1] : "outside-results";
+  const kvlab::stream fp16{f16{}, token{}};
+  const kvlab::configs::sweep sweep{.recipes = {kvlab::recipe{.keys = kvlab::stream{int_q{4}, group{32}},
+                                                              .values = kvlab::stream{int_q{4}, group{32}}},
+                                                kvlab::recipe{.keys = kvlab::stream{ternary{}, group{32}},
+                                                              .values = kvlab::stream{ternary{}, group{32}}},
+                                                kvlab::recipe{.keys = fp16, .values = fp16, .eviction = window{0.5}},
+                                                kvlab::recipe{.keys = fp16, .values = fp16, .eviction = strided{0.5}},
+                                                kvlab::recipe{.keys = kvlab::stream{ternary{}, group{32}},
+                                                              .values = kvlab::stream{ternary{}, group{32}},
+                                                              .eviction = strided{0.5}}},
+                                    .data = {"synthetic:gaussian(L=2,H=2,Q=8,T=256,D=64,seed={seed})"},
+                                    .seeds = {1, 2},
+                                    .decode_steps = 4};
+  const auto summary = kvlab::run_sweep(sweep, {.out = out, .progress = false});
+  std::cout << summary.computed << " cells computed, " << summary.skipped << " already done\n\n"
+            << kvlab::results_table(kvlab::read_results(out)).markdown();
 }

@@ -30,12 +30,12 @@ export namespace kvlab {
 // An upper bound on what a cache of `r` holds for `tokens` tokens in each of `streams`
 // (layer, KV head) pairs, without eviction: codes and group parameters of the key, value
 // and demoted tiers, and the fp16 sink and residual tiers.
-inline double estimated_cache_bytes(const recipe& r, const registry& components, std::size_t streams,
-                                    std::size_t tokens, std::size_t head_dim) {
+inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, std::size_t tokens,
+                                    std::size_t head_dim) {
   const double param_bytes = r.scale == param_precision::f32 ? 4.0 : 2.0;
-  const auto tier_bytes = [&](const stream_recipe& s) {
-    const any_quantizer quantizer = components.make_quantizer(s.quantizer);
-    const group_shape group = components.make_granularity(s.granularity).group_shape(head_dim);
+  const auto tier_bytes = [&](const any_stream& s) {
+    const any_quantizer& quantizer = s.quantizer;
+    const group_shape group = s.granularity.group_shape(head_dim);
     const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
     const double per_element = quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements;
     // The fp16 tiers hold sinks + residual tokens, plus up to a block that is not complete yet.
@@ -54,28 +54,21 @@ inline double estimated_cache_bytes(const recipe& r, const registry& components,
 // (layer, KV head).
 class kv_cache {
 public:
-  kv_cache(const recipe& r, const registry& components, std::size_t layers, std::size_t kv_heads, std::size_t head_dim)
-      : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim) {
-    const any_storage storage = components.make_storage(r.storage);
+  kv_cache(const any_recipe& r, std::size_t layers, std::size_t kv_heads, std::size_t head_dim)
+      : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), allocation_(r.allocation), gqa_(r.gqa) {
+    check_recipe(r);
     const stream_tiers tiers{.sinks = r.sinks, .residual = r.residual};
     std::optional<demotion> demote;
-    if (r.demote)
-      demote =
-          demotion{components.make_quantizer(r.demote->quantizer), group_shape_of(*r.demote, "demote", components)};
-    keys_ = make_streams(r.keys, "keys", r.scale, storage, tiers, demote, components);
-    values_ = make_streams(r.values, "values", r.scale, storage, tiers, demote, components);
-    if (r.eviction != "none") {
-      policy_ = components.make_eviction(r.eviction);
-      const std::string where = "recipe '" + canonical_name(r) + "'";
-      allocation_ = budget_allocation::parse(r.allocation, where + ", alloc");
-      gqa_ = parse_group_aggregation(r.gqa, where + ", gqa");
+    if (r.demote) demote = demotion{r.demote->quantizer, group_shape_of(*r.demote, "demote")};
+    keys_ = make_streams(r.keys, "keys", r.scale, r.storage, tiers, demote);
+    values_ = make_streams(r.values, "values", r.scale, r.storage, tiers, demote);
+    if (r.eviction.evicts()) {
+      policy_ = r.eviction;
       needs_ = policy_->needs();
-      if (!r.compress.empty()) needs_.schedule = compress_schedule::parse(r.compress, where + ", compress");
+      if (r.compress) needs_.schedule = r.compress;
       demote_ = r.demote.has_value();
       accumulated_.resize(layers * kv_heads);
       latest_.resize(layers * kv_heads);
-    } else if (r.demote) {
-      throw error("recipe '" + canonical_name(r) + "': demote needs an eviction policy");
     }
   }
 
@@ -108,13 +101,12 @@ public:
 
   // --- eviction ---
   bool evicts() const noexcept { return policy_.has_value(); }
-  compress_schedule schedule() const noexcept { return needs_.schedule; }
 
   // Whether the policy scores with the attention of the query of prefill token `token`
   // (of `prefill` prefill tokens); decode steps are always observed when it scores with attention.
   bool observes_prefill_token(std::size_t token, std::size_t prefill) const noexcept {
     if (!policy_ || !needs_.attention) return false;
-    if (needs_.schedule.when != compress_schedule::kind::prefill || needs_.observation_window == 0) return true;
+    if (!compresses_after_prefill() || needs_.observation_window == 0) return true;
     return token + needs_.observation_window >= prefill;
   }
   bool observes_decode_steps() const noexcept { return policy_ && needs_.attention; }
@@ -127,16 +119,8 @@ public:
     if (group == 0 || probabilities.size() != group * held)
       throw error("observe: expected " + std::to_string(group) + " x " + std::to_string(held) + " probabilities, got " +
                   std::to_string(probabilities.size()));
-    for (std::size_t t = 0; t < n; ++t) {
-      double aggregate = 0.0;
-      for (std::size_t g = 0; g < group; ++g) {
-        const double p = probabilities[g * held + t];
-        aggregate =
-            gqa_ == group_aggregation::max ? std::max(aggregate, p) : aggregate + p / static_cast<double>(group);
-      }
-      accumulated_[i][t] += aggregate;
-      latest_[i][t] = aggregate;
-    }
+    gqa_.combine(probabilities, group, std::span(latest_[i]).first(n));
+    for (std::size_t t = 0; t < n; ++t) accumulated_[i][t] += latest_[i][t];
   }
 
   // Call once after every appended token (all layers and heads): compresses when the
@@ -150,16 +134,14 @@ public:
   void token_done(std::size_t layer) {
     if (!policy_ || keys_.empty()) return;
     const std::size_t seen = keys_[index(layer, 0)].tokens_seen();
-    if (needs_.schedule.when == compress_schedule::kind::step ||
-        (needs_.schedule.when == compress_schedule::kind::every && seen % needs_.schedule.period == 0))
-      compress(layer);
+    if (!needs_.schedule || needs_.schedule->after_token(seen)) compress(layer);
   }
   // Call once when prefill ends: compresses for the prefill schedule.
   void prefill_done() {
     for (std::size_t layer = 0; layer < layers_; ++layer) prefill_done(layer);
   }
   void prefill_done(std::size_t layer) {
-    if (policy_ && needs_.schedule.when == compress_schedule::kind::prefill) compress(layer);
+    if (policy_ && compresses_after_prefill()) compress(layer);
   }
 
   // Keeps, in every (layer, KV head), the highest-scored evictable tokens within the
@@ -171,10 +153,10 @@ public:
     if (!policy_) return;
     std::vector<std::vector<double>> scores(kv_heads_);
     for (std::size_t head = 0; head < kv_heads_; ++head) scores[head] = score(layer, head);
-    const std::size_t budget =
-        allocation_.layer_budget(layer, layers_, policy_->budget(keys_[index(layer, 0)].tokens_seen()));
-    const auto kept =
-        allocation_.how == budget_allocation::kind::adakv ? shared_pool(scores, budget) : per_head(scores, budget);
+    const auto kept = allocation_.keep(layer, layers_, policy_->budget(keys_[index(layer, 0)].tokens_seen()), scores);
+    if (kept.size() != kv_heads_)
+      throw error("allocation " + allocation_.name() + " returned " + std::to_string(kept.size()) +
+                  " lists of kept tokens for " + std::to_string(kv_heads_) + " KV heads");
     for (std::size_t head = 0; head < kv_heads_; ++head) drop_all_but(layer, head, kept[head]);
   }
 
@@ -232,47 +214,6 @@ public:
   }
 
 private:
-  // Uniform and pyramid: each head keeps its `budget` best tokens.
-  static std::vector<std::vector<std::size_t>> per_head(const std::vector<std::vector<double>>& scores,
-                                                        std::size_t budget) {
-    std::vector<std::vector<std::size_t>> kept;
-    for (const auto& s : scores) kept.push_back(top_scores(s, budget));
-    return kept;
-  }
-
-  // Ada-KV (arXiv 2407.11550, sec. 4): the layer's heads share heads x budget slots. Each
-  // head first keeps its best alpha x budget tokens (the safeguard); the remaining slots go
-  // to the best remaining scores of any head (ties: the more recent token, then the lower head).
-  std::vector<std::vector<std::size_t>> shared_pool(const std::vector<std::vector<double>>& scores,
-                                                    std::size_t budget) const {
-    const std::size_t floor = static_cast<std::size_t>(allocation_.parameter * static_cast<double>(budget));
-    std::vector<std::vector<std::size_t>> kept = per_head(scores, floor);
-    std::size_t slots = budget * scores.size();
-    struct candidate {
-      double score;
-      std::size_t token, head;
-    };
-    std::vector<candidate> rest;
-    for (std::size_t h = 0; h < scores.size(); ++h) {
-      slots -= std::min(slots, kept[h].size());
-      std::vector<bool> taken(scores[h].size());
-      for (const std::size_t t : kept[h]) taken[t] = true;
-      for (std::size_t t = 0; t < scores[h].size(); ++t)
-        if (!taken[t]) rest.push_back({scores[h][t], t, h});
-    }
-    const std::size_t extra = std::min(slots, rest.size());
-    // A total order (score, then token, then head), so selection fixes the set.
-    std::ranges::nth_element(rest, rest.begin() + static_cast<std::ptrdiff_t>(extra),
-                             [](const candidate& a, const candidate& b) {
-                               if (a.score != b.score) return a.score > b.score;
-                               if (a.token != b.token) return a.token > b.token;
-                               return a.head < b.head;
-                             });
-    for (std::size_t j = 0; j < extra; ++j) kept[rest[j].head].push_back(rest[j].token);
-    for (auto& k : kept) std::ranges::sort(k);
-    return kept;
-  }
-
   // Erases (or demotes) every evictable token of (layer, kv_head) not in `kept` (ascending).
   void drop_all_but(std::size_t layer, std::size_t kv_head, const std::vector<std::size_t>& kept) {
     const std::size_t i = index(layer, kv_head), n = keys_[i].evictable_tokens();
@@ -296,13 +237,14 @@ private:
     }
   }
 
-  group_shape group_shape_of(const stream_recipe& s, const std::string& which, const registry& components) const {
+  group_shape group_shape_of(const any_stream& s, const std::string& which) const {
     try {
-      return components.make_granularity(s.granularity).group_shape(head_dim_);
+      return s.granularity.group_shape(head_dim_);
     } catch (const error& e) {
-      throw error(which + " granularity " + s.granularity + ": " + e.what());
+      throw error(which + " granularity " + s.granularity.name() + ": " + e.what());
     }
   }
+  bool compresses_after_prefill() const { return needs_.schedule && needs_.schedule->after_prefill(); }
 
   std::size_t index(std::size_t layer, std::size_t kv_head) const {
     if (layer >= layers_ || kv_head >= kv_heads_)
@@ -312,18 +254,18 @@ private:
     return layer * kv_heads_ + kv_head;
   }
 
-  std::vector<kv_stream> make_streams(const stream_recipe& s, const std::string& which, param_precision scale,
+  std::vector<kv_stream> make_streams(const any_stream& s, const std::string& which, param_precision scale,
                                       const any_storage& storage, stream_tiers tiers,
-                                      const std::optional<demotion>& demote, const registry& components) const {
-    const any_quantizer quantizer = components.make_quantizer(s.quantizer);
-    const group_shape shape = group_shape_of(s, which, components);
+                                      const std::optional<demotion>& demote) const {
+    const any_quantizer& quantizer = s.quantizer;
+    const group_shape shape = group_shape_of(s, which);
     std::vector<kv_stream> streams;
     streams.reserve(layers_ * kv_heads_);
     try {
       for (std::size_t i = 0; i < layers_ * kv_heads_; ++i)
         streams.emplace_back(quantizer, shape, head_dim_, scale, storage, tiers, demote);
     } catch (const error& e) {
-      throw error(which + " " + s.quantizer + "@" + s.granularity + ": " + e.what());
+      throw error(which + " " + s.name() + ": " + e.what());
     }
     return streams;
   }
@@ -331,8 +273,8 @@ private:
   std::size_t layers_, kv_heads_, head_dim_;
   std::vector<kv_stream> keys_, values_;
   std::optional<any_eviction> policy_; // none: the cache keeps every token
-  budget_allocation allocation_;
-  group_aggregation gqa_ = group_aggregation::mean;
+  any_allocation allocation_;
+  any_aggregation gqa_;
   eviction_needs needs_;
   bool demote_ = false;
   // Per (layer, KV head), per evictable token (held order): attention summed over observed

@@ -1,5 +1,6 @@
-// The four component concepts. A type opts in with a tag (`using component_concept =
-// kvlab::quantizer_tag;`): matching the shape alone never makes a type a component.
+// The component concepts: Quantizer, Granularity, Eviction and Storage, and the eviction
+// extensions Allocation and Aggregation (Schedule is in :schedule). A type opts in with a
+// tag (see :tags).
 module;
 #include <algorithm>
 #include <cmath>
@@ -15,16 +16,9 @@ import :codebook;
 import :errors;
 import :numeric;
 import :eviction;
+import :tags;
 
 export namespace kvlab {
-
-struct quantizer_tag {};
-struct granularity_tag {};
-struct eviction_tag {};
-struct storage_tag {};
-
-template <class T, class Tag>
-concept opts_into = requires { typename T::component_concept; } && std::same_as<typename T::component_concept, Tag>;
 
 // How stored elements are turned back into floats.
 enum class element_format {
@@ -122,13 +116,20 @@ struct group_shape {
   bool operator==(const group_shape&) const = default;
 };
 
+// How many tokens one parameter group spans, known from the type: typed recipes reject
+// at compile time a granularity that cannot work where it is used (`all` in a cache,
+// `several` for demoted tokens, which arrive one at a time).
+enum class token_span { one, several, all };
+
 // Granularity: which elements share parameters.
+//   spans                 the token_span of its groups (a static member)
 //   group_shape(head_dim) the shape of one group; throws kvlab::error if the granularity
 //                         does not fit head_dim (no silent truncation)
 template <class G>
 concept Granularity = opts_into<G, granularity_tag> && std::copyable<G> && requires(const G g, std::size_t head_dim) {
   { g.name() } -> std::convertible_to<std::string>;
   { g.group_shape(head_dim) } -> std::same_as<kvlab::group_shape>;
+  { G::spans } -> std::convertible_to<token_span>;
 };
 
 // Index of the parameter group holding (token, channel) inside a block of
@@ -150,6 +151,33 @@ concept Eviction =
       { e.needs() } -> std::same_as<eviction_needs>;
       { e.budget(seen) } -> std::same_as<std::size_t>;
       { e.scores(view) } -> std::same_as<std::vector<double>>;
+    };
+
+// A policy that declares `static constexpr bool keeps_every_token = true` (none) makes a
+// cache that never scores or compresses.
+template <class E>
+concept keeps_every_token = Eviction<E> && requires { requires E::keeps_every_token; };
+
+// Allocation: spreads the policy's budget over layers and the KV heads of a layer.
+//   keep(layer, layers, budget, scores) the tokens each KV head of `layer` keeps (ascending
+//       indices, one list per head), given the budget one head has under uniform
+//       allocation and the scores of each head's evictable tokens
+template <class A>
+concept Allocation = opts_into<A, allocation_tag> && std::copyable<A> &&
+                     requires(const A a, std::size_t n, std::span<const std::vector<double>> scores) {
+                       { a.name() } -> std::convertible_to<std::string>;
+                       { a.keep(n, n, n, scores) } -> std::same_as<std::vector<std::vector<std::size_t>>>;
+                     };
+
+// Aggregation (GQA): one score per key from the attention of a KV head's query group.
+//   combine(probabilities, group, scores) probabilities is group x held (held order);
+//       scores[t] for t < scores.size() (the evictable tokens) is the group's aggregate
+template <class G>
+concept Aggregation =
+    opts_into<G, aggregation_tag> && std::copyable<G> &&
+    requires(const G g, std::span<const float> probabilities, std::size_t group, std::span<double> scores) {
+      { g.name() } -> std::convertible_to<std::string>;
+      g.combine(probabilities, group, scores);
     };
 
 // Fixed-size records (one per stored block of tokens) for one stream. Implementations

@@ -1,4 +1,4 @@
-// kvlab.core: tensor views, errors, the four component concepts, the strategy registry and
+// kvlab.core: tensor views, errors, the component concepts, the strategy registry and
 // the recipe type. Everything else in kvlab builds on these names.
 export module kvlab.core;
 export import :errors;
@@ -12,6 +12,8 @@ export import :sha256;
 export import :random;
 export import :tensor;
 export import :codebook;
+export import :tags;
+export import :schedule;
 export import :eviction;
 export import :concepts;
 export import :erased;

@@ -1,5 +1,6 @@
-// Type-erased handles over the four concepts, so recipes chosen at run time (command line,
-// sweeps) reach every strategy. Statically composed pipelines use the concrete types.
+// Type-erased handles over the component concepts, so recipes chosen at run time (command
+// line, sweeps) and typed recipes (kvlab.compose) meet in one any_recipe. any_schedule is
+// in :schedule.
 module;
 #include <cstddef>
 #include <cstdint>
@@ -129,11 +130,14 @@ public:
   eviction_needs needs() const { return self_->needs(); }
   std::size_t budget(std::size_t seen) const { return self_->budget(seen); }
   std::vector<double> scores(const eviction_view& view) const { return self_->scores(view); }
+  // False for a policy that keeps every token (see keeps_every_token).
+  bool evicts() const { return self_->evicts(); }
 
 private:
   struct concept_t {
     virtual ~concept_t() = default;
     virtual std::string name() const = 0;
+    virtual bool evicts() const = 0;
     virtual eviction_needs needs() const = 0;
     virtual std::size_t budget(std::size_t) const = 0;
     virtual std::vector<double> scores(const eviction_view&) const = 0;
@@ -142,6 +146,7 @@ private:
   struct model final : concept_t {
     explicit model(E e) : e(std::move(e)) {}
     std::string name() const override { return e.name(); }
+    bool evicts() const override { return !keeps_every_token<E>; }
     eviction_needs needs() const override { return e.needs(); }
     std::size_t budget(std::size_t seen) const override { return e.budget(seen); }
     std::vector<double> scores(const eviction_view& view) const override { return e.scores(view); }
@@ -172,6 +177,65 @@ private:
       return s.make_store(record_bytes);
     }
     S s;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+class any_allocation {
+public:
+  template <Allocation A>
+  explicit any_allocation(A allocation) : self_(std::make_shared<model<A>>(std::move(allocation))) {}
+
+  std::string name() const { return self_->name(); }
+  std::vector<std::vector<std::size_t>> keep(std::size_t layer, std::size_t layers, std::size_t budget,
+                                             std::span<const std::vector<double>> scores) const {
+    return self_->keep(layer, layers, budget, scores);
+  }
+
+private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual std::vector<std::vector<std::size_t>> keep(std::size_t, std::size_t, std::size_t,
+                                                       std::span<const std::vector<double>>) const = 0;
+  };
+  template <class A>
+  struct model final : concept_t {
+    explicit model(A a) : a(std::move(a)) {}
+    std::string name() const override { return a.name(); }
+    std::vector<std::vector<std::size_t>> keep(std::size_t layer, std::size_t layers, std::size_t budget,
+                                               std::span<const std::vector<double>> scores) const override {
+      return a.keep(layer, layers, budget, scores);
+    }
+    A a;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+class any_aggregation {
+public:
+  template <Aggregation G>
+  explicit any_aggregation(G aggregation) : self_(std::make_shared<model<G>>(std::move(aggregation))) {}
+
+  std::string name() const { return self_->name(); }
+  void combine(std::span<const float> probabilities, std::size_t group, std::span<double> scores) const {
+    self_->combine(probabilities, group, scores);
+  }
+
+private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::string name() const = 0;
+    virtual void combine(std::span<const float>, std::size_t, std::span<double>) const = 0;
+  };
+  template <class G>
+  struct model final : concept_t {
+    explicit model(G g) : g(std::move(g)) {}
+    std::string name() const override { return g.name(); }
+    void combine(std::span<const float> probabilities, std::size_t group, std::span<double> scores) const override {
+      g.combine(probabilities, group, scores);
+    }
+    G g;
   };
   std::shared_ptr<const concept_t> self_;
 };

@@ -1,6 +1,9 @@
 // A recipe is a value: which quantizer and granularity the keys and values use, the fp16
-// tiers, the eviction policy and the storage layout. Its canonical name parses back to an
-// equal recipe and keys result folders and table rows.
+// tiers, the eviction policy with its allocation, aggregation and schedule, demotion and the
+// storage layout. any_recipe is its type-erased form: what recipe strings parse into
+// (parse_recipe, for the command line and sweeps) and what typed recipes (kvlab.compose)
+// erase into. Its canonical name parses back to an equal recipe and keys result folders
+// and table rows.
 module;
 #include <cstddef>
 #include <optional>
@@ -13,29 +16,37 @@ import :errors;
 import :numeric;
 import :concepts;
 import :eviction;
+import :erased;
+import :schedule;
 import :registry;
 
 export namespace kvlab {
 
-struct stream_recipe {
-  std::string quantizer = "f16";
-  std::string granularity = "token";
-  bool operator==(const stream_recipe&) const = default;
+// One stream's codec: quantizer@granularity.
+struct any_stream {
+  any_quantizer quantizer;
+  any_granularity granularity;
+  std::string name() const { return quantizer.name() + "@" + granularity.name(); }
 };
 
-struct recipe {
-  stream_recipe keys;
-  stream_recipe values;
+struct any_recipe {
+  any_stream keys;
+  any_stream values;
   param_precision scale = param_precision::f16; // storage of scales and zeros
   std::size_t sinks = 0;                        // first tokens kept in fp16
   std::size_t residual = 0;                     // most recent tokens kept in fp16
-  std::string eviction = "none";
-  std::string allocation = "uniform";  // budgets over layers and heads: uniform, pyramid(beta), adakv(alpha)
-  std::string gqa = "mean";            // a KV head's score from its query heads: mean or max
-  std::string compress;                // prefill, step or every(N); empty: the policy's own schedule
-  std::optional<stream_recipe> demote; // evicted tokens move to this tier instead of being dropped
-  std::string storage = "flat";
-  bool operator==(const recipe&) const = default;
+  any_eviction eviction;
+  any_allocation allocation;            // budgets over layers and heads
+  any_aggregation gqa;                  // a KV head's score from its query heads
+  std::optional<any_schedule> compress; // empty: the policy's own schedule
+  std::optional<any_stream> demote;     // evicted tokens move to this tier instead of being dropped
+  any_storage storage;
+};
+
+// What a recipe string leaves out: the names parse_recipe fills in and canonical_name omits.
+struct recipe_defaults {
+  static constexpr std::string_view stream = "f16@token", eviction = "none", allocation = "uniform", gqa = "mean",
+                                    storage = "flat";
 };
 
 // Keys of a recipe string, in canonical order.
@@ -43,68 +54,63 @@ inline constexpr std::string_view recipe_keys =
     "k, v, scale, sinks, residual, evict, alloc, gqa, compress, demote, store";
 
 // k and v always; the other parts only when they differ from the default.
-inline std::string canonical_name(const recipe& r) {
-  std::string name =
-      "k=" + r.keys.quantizer + "@" + r.keys.granularity + ",v=" + r.values.quantizer + "@" + r.values.granularity;
+inline std::string canonical_name(const any_recipe& r) {
+  std::string name = "k=" + r.keys.name() + ",v=" + r.values.name();
   if (r.scale == param_precision::f32) name += ",scale=f32";
   if (r.sinks != 0) name += ",sinks=" + std::to_string(r.sinks);
   if (r.residual != 0) name += ",residual=" + std::to_string(r.residual);
-  if (r.eviction != "none") name += ",evict=" + r.eviction;
-  if (r.allocation != "uniform") name += ",alloc=" + r.allocation;
-  if (r.gqa != "mean") name += ",gqa=" + r.gqa;
-  if (!r.compress.empty()) name += ",compress=" + r.compress;
-  if (r.demote) name += ",demote=" + r.demote->quantizer + "@" + r.demote->granularity;
-  if (r.storage != "flat") name += ",store=" + r.storage;
+  const auto part = [&](std::string_view key, const std::string& value, std::string_view otherwise) {
+    if (value != otherwise) name += "," + std::string(key) + "=" + value;
+  };
+  part("evict", r.eviction.name(), recipe_defaults::eviction);
+  part("alloc", r.allocation.name(), recipe_defaults::allocation);
+  part("gqa", r.gqa.name(), recipe_defaults::gqa);
+  if (r.compress) name += ",compress=" + r.compress->name();
+  if (r.demote) name += ",demote=" + r.demote->name();
+  part("store", r.storage.name(), recipe_defaults::storage);
   return name;
 }
 
-// Checks every name against the registry (constructing each component once) and writes
-// each component as the name it gives itself, so every spelling of one component (`int08`,
-// `window(1e2)`) keys the same folder and table row. Throws kvlab::error naming the bad part.
-inline recipe normalized(recipe r, const registry& components) {
-  const auto check = [](std::string& text, std::string_view part, auto&& make) {
-    try {
-      text = make(text).name();
-    } catch (const error& e) {
-      throw error("recipe part '" + std::string(part) + "': " + e.what());
-    }
-  };
-  const auto quantizer = [&](const std::string& t) { return components.make_quantizer(t); };
-  const auto granularity = [&](const std::string& t) { return components.make_granularity(t); };
-  check(r.keys.quantizer, "k=" + r.keys.quantizer + "@" + r.keys.granularity, quantizer);
-  check(r.keys.granularity, "k=" + r.keys.quantizer + "@" + r.keys.granularity, granularity);
-  check(r.values.quantizer, "v=" + r.values.quantizer + "@" + r.values.granularity, quantizer);
-  check(r.values.granularity, "v=" + r.values.quantizer + "@" + r.values.granularity, granularity);
-  check(r.eviction, "evict=" + r.eviction, [&](const std::string& t) { return components.make_eviction(t); });
-  check(r.storage, "store=" + r.storage, [&](const std::string& t) { return components.make_storage(t); });
-  // Parts with a fixed vocabulary, rewritten in their normalized spelling.
-  const auto fixed = [](std::string& text, std::string_view part, auto&& parse) {
-    text = parse(text, "recipe part '" + std::string(part) + "'");
-  };
-  fixed(r.allocation, "alloc=" + r.allocation,
-        [](const std::string& t, const std::string& w) { return budget_allocation::parse(t, w).text(); });
-  fixed(r.gqa, "gqa=" + r.gqa, [](const std::string& t, const std::string& w) {
-    return parse_group_aggregation(t, w) == group_aggregation::max ? std::string("max") : std::string("mean");
-  });
-  if (!r.compress.empty())
-    fixed(r.compress, "compress=" + r.compress,
-          [](const std::string& t, const std::string& w) { return compress_schedule::parse(t, w).text(); });
-  if (r.demote) {
-    const std::string part = "demote=" + r.demote->quantizer + "@" + r.demote->granularity;
-    check(r.demote->quantizer, part, quantizer);
-    check(r.demote->granularity, part, granularity);
-  }
-  if (r.eviction == "none" && (r.allocation != "uniform" || r.gqa != "mean" || !r.compress.empty() || r.demote))
+// Recipes are equal when their canonical names are: every part writes itself by name.
+inline bool operator==(const any_recipe& a, const any_recipe& b) { return canonical_name(a) == canonical_name(b); }
+
+// Checks what the parts cannot check alone; throws kvlab::error naming the recipe.
+inline void check_recipe(const any_recipe& r) {
+  const bool extras = r.allocation.name() != recipe_defaults::allocation || r.gqa.name() != recipe_defaults::gqa ||
+                      r.compress || r.demote;
+  if (!r.eviction.evicts() && extras)
     throw error("recipe '" + canonical_name(r) +
                 "': alloc, gqa, compress and demote need an eviction policy (evict=...)");
-  return r;
 }
 
-// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,alloc=A,gqa=mean|max,
-// compress=C,demote=Q@G,store=P`. k and v default
-// to f16@token; every part may appear once.
-inline recipe parse_recipe(std::string_view text, const registry& components) {
-  recipe r;
+// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,alloc=A,gqa=G,compress=C,
+// demote=Q@G,store=P`. k and v default to f16@token; every part may appear once. Each part
+// is built by the registry, so every spelling of one component (`int08`, `window(1e2)`)
+// gives the same canonical name. Throws kvlab::error naming the bad part.
+inline any_recipe parse_recipe(std::string_view text, const registry& components) {
+  const auto build = [](const std::string& part, auto&& make) {
+    try {
+      return make();
+    } catch (const error& e) {
+      throw error("recipe part '" + part + "': " + e.what());
+    }
+  };
+  const auto stream = [&](const std::string& key, const std::string& value, const std::string& where) {
+    const auto at = value.find('@');
+    if (at == std::string::npos)
+      throw error(where + ": expected quantizer@granularity, for example " + key + "=int8@token");
+    return build(key + "=" + value, [&] {
+      return any_stream{components.make_quantizer(value.substr(0, at)),
+                        components.make_granularity(value.substr(at + 1))};
+    });
+  };
+  const std::string f16_token(recipe_defaults::stream);
+  any_recipe r{.keys = stream("k", f16_token, "k"),
+               .values = stream("v", f16_token, "v"),
+               .eviction = components.make_eviction(recipe_defaults::eviction),
+               .allocation = components.make_allocation(recipe_defaults::allocation),
+               .gqa = components.make_aggregation(recipe_defaults::gqa),
+               .storage = components.make_storage(recipe_defaults::storage)};
   std::set<std::string> seen;
   const auto parts = split_top_level(text, "recipe '" + std::string(text) + "'");
   for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -117,13 +123,10 @@ inline recipe parse_recipe(std::string_view text, const registry& components) {
     const std::string value = part.substr(equals + 1);
     if (!seen.insert(key).second) throw error(where + ": '" + key + "' is given twice");
     if (value.empty()) throw error(where + ": empty value for '" + key + "'");
-    if (key == "k" || key == "v") {
-      const auto at = value.find('@');
-      if (at == std::string::npos)
-        throw error(where + ": expected quantizer@granularity, for example " + key + "=int8@token");
-      auto& stream = key == "k" ? r.keys : r.values;
-      stream.quantizer = value.substr(0, at);
-      stream.granularity = value.substr(at + 1);
+    if (key == "k") {
+      r.keys = stream(key, value, where);
+    } else if (key == "v") {
+      r.values = stream(key, value, where);
     } else if (key == "scale") {
       if (value != "f16" && value != "f32") throw error(where + ": scale must be f16 or f32");
       r.scale = value == "f32" ? param_precision::f32 : param_precision::f16;
@@ -132,25 +135,25 @@ inline recipe parse_recipe(std::string_view text, const registry& components) {
     } else if (key == "residual") {
       r.residual = parse_number_in<std::size_t>(value, where, 0, max_tokens);
     } else if (key == "evict") {
-      r.eviction = value;
+      r.eviction = build(part, [&] { return components.make_eviction(value); });
     } else if (key == "alloc") {
-      r.allocation = value;
+      r.allocation = build(part, [&] { return components.make_allocation(value); });
     } else if (key == "gqa") {
-      r.gqa = value;
+      r.gqa = build(part, [&] { return components.make_aggregation(value); });
     } else if (key == "compress") {
-      r.compress = value;
+      r.compress = build(part, [&] { return components.make_schedule(value); });
     } else if (key == "demote") {
-      const auto at = value.find('@');
-      if (at == std::string::npos)
+      if (value.find('@') == std::string::npos)
         throw error(where + ": expected quantizer@granularity, for example demote=uint2@token");
-      r.demote = stream_recipe{value.substr(0, at), value.substr(at + 1)};
+      r.demote = stream(key, value, where);
     } else if (key == "store") {
-      r.storage = value;
+      r.storage = build(part, [&] { return components.make_storage(value); });
     } else {
       throw error(where + ": unknown key '" + key + "'; allowed keys: " + std::string(recipe_keys));
     }
   }
-  return normalized(std::move(r), components);
+  check_recipe(r);
+  return r;
 }
 
 } // namespace kvlab

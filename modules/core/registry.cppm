@@ -10,16 +10,19 @@ module;
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <variant>
 #include <vector>
 export module kvlab.core:registry;
 import :errors;
 import :numeric;
 import :erased;
+import :schedule;
+import :tags;
 
 export namespace kvlab {
 
-enum class component_kind { quantizer, granularity, eviction, storage };
+enum class component_kind { quantizer, granularity, eviction, storage, allocation, schedule, aggregation };
 
 inline std::string kind_name(component_kind kind) {
   switch (kind) {
@@ -27,9 +30,51 @@ inline std::string kind_name(component_kind kind) {
   case component_kind::granularity: return "granularity";
   case component_kind::eviction: return "eviction";
   case component_kind::storage: return "storage";
+  case component_kind::allocation: return "allocation";
+  case component_kind::schedule: return "schedule";
+  case component_kind::aggregation: return "aggregation";
   }
   return "component";
 }
+
+// The kind and the type-erased handle of a component, from its tag.
+template <class Tag>
+struct kind_of;
+template <>
+struct kind_of<quantizer_tag> {
+  static constexpr component_kind kind = component_kind::quantizer;
+  using handle = any_quantizer;
+};
+template <>
+struct kind_of<granularity_tag> {
+  static constexpr component_kind kind = component_kind::granularity;
+  using handle = any_granularity;
+};
+template <>
+struct kind_of<eviction_tag> {
+  static constexpr component_kind kind = component_kind::eviction;
+  using handle = any_eviction;
+};
+template <>
+struct kind_of<storage_tag> {
+  static constexpr component_kind kind = component_kind::storage;
+  using handle = any_storage;
+};
+template <>
+struct kind_of<allocation_tag> {
+  static constexpr component_kind kind = component_kind::allocation;
+  using handle = any_allocation;
+};
+template <>
+struct kind_of<schedule_tag> {
+  static constexpr component_kind kind = component_kind::schedule;
+  using handle = any_schedule;
+};
+template <>
+struct kind_of<aggregation_tag> {
+  static constexpr component_kind kind = component_kind::aggregation;
+  using handle = any_aggregation;
+};
 
 // A component as written in a recipe: `name` or `name(arg, arg, ...)`; arguments may
 // themselves be terms (`rht(lloyd3)`).
@@ -129,8 +174,10 @@ struct strategy_info {
   // Concrete names the generic tests and benchmarks instantiate; when empty: the name
   // itself, or every width of a family.
   std::vector<std::string> examples;
-  // The strategy file that registered it (set by registry::register_file; empty for
-  // strategies registered in code).
+  // Eviction policies: the policy keeping a ratio of the tokens seen, so budget sweeps
+  // (configs/eviction_budget.cppm) cover every policy that sets it.
+  std::function<any_eviction(double ratio)> at_budget;
+  // The strategy file that registered it (empty for strategies registered in code).
   std::string source;
 
   bool is_family() const noexcept { return max_width > 0; }
@@ -138,35 +185,33 @@ struct strategy_info {
 
 class registry {
 public:
-  using quantizer_factory = std::function<any_quantizer(const strategy_args&)>;
-  using granularity_factory = std::function<any_granularity(const strategy_args&)>;
-  using eviction_factory = std::function<any_eviction(const strategy_args&)>;
-  using storage_factory = std::function<any_storage(const strategy_args&)>;
-
-  void add(strategy_info info, quantizer_factory make) {
-    insert(std::move(info), component_kind::quantizer, std::move(make));
+  // Registers the component that `make` builds from a term's arguments: the component's
+  // tag gives its kind, and the registry erases it behind that kind's handle.
+  template <class Make>
+    requires requires { typename std::invoke_result_t<const Make&, const strategy_args&>::component_concept; }
+  void add(strategy_info info, Make make) {
+    using component = std::invoke_result_t<const Make&, const strategy_args&>;
+    using traits = kind_of<typename component::component_concept>;
+    using handle = typename traits::handle;
+    insert(std::move(info), traits::kind,
+           std::function<handle(const strategy_args&)>(
+               [make = std::move(make)](const strategy_args& args) { return handle(make(args)); }));
   }
-  void add(strategy_info info, granularity_factory make) {
-    insert(std::move(info), component_kind::granularity, std::move(make));
+  // A strategy file whose one factory builds several names (fp8_e4m3, fp8_e5m2, ...).
+  template <class Make>
+  void add(std::string_view file, const std::vector<strategy_info>& infos, const Make& make) {
+    for (const strategy_info& info : infos) add(file, info, make);
   }
-  void add(strategy_info info, eviction_factory make) {
-    insert(std::move(info), component_kind::eviction, std::move(make));
-  }
-  void add(strategy_info info, storage_factory make) {
-    insert(std::move(info), component_kind::storage, std::move(make));
-  }
-
-  // Runs one strategy file's register_into: what it registers records the file, and a
-  // mistake in it (a name another file has registered) names both files.
-  void register_file(std::string_view file, void (*register_into)(registry&)) {
-    source_ = file;
+  // The same for a strategy file (what the generated registry calls): a mistake in it, such
+  // as a name another file has registered, names the file (and the other file).
+  template <class Make>
+  void add(std::string_view file, strategy_info info, Make make) {
+    info.source = file;
     try {
-      register_into(*this);
+      add(std::move(info), std::move(make));
     } catch (const error& e) {
-      source_.clear();
       throw error(std::string(file) + ": " + e.what());
     }
-    source_.clear();
   }
 
   any_quantizer make_quantizer(std::string_view text) const {
@@ -177,6 +222,13 @@ public:
   }
   any_eviction make_eviction(std::string_view text) const { return make<any_eviction>(component_kind::eviction, text); }
   any_storage make_storage(std::string_view text) const { return make<any_storage>(component_kind::storage, text); }
+  any_allocation make_allocation(std::string_view text) const {
+    return make<any_allocation>(component_kind::allocation, text);
+  }
+  any_schedule make_schedule(std::string_view text) const { return make<any_schedule>(component_kind::schedule, text); }
+  any_aggregation make_aggregation(std::string_view text) const {
+    return make<any_aggregation>(component_kind::aggregation, text);
+  }
 
   // Every registered name, ordered by kind then name.
   std::vector<strategy_info> list() const {
@@ -212,7 +264,11 @@ public:
   }
 
 private:
-  using factory = std::variant<quantizer_factory, granularity_factory, eviction_factory, storage_factory>;
+  template <class Handle>
+  using factory_of = std::function<Handle(const strategy_args&)>;
+  using factory = std::variant<factory_of<any_quantizer>, factory_of<any_granularity>, factory_of<any_eviction>,
+                               factory_of<any_storage>, factory_of<any_allocation>, factory_of<any_schedule>,
+                               factory_of<any_aggregation>>;
   struct entry {
     strategy_info info;
     factory make;
@@ -220,7 +276,6 @@ private:
 
   void insert(strategy_info info, component_kind kind, factory make) {
     info.kind = kind;
-    info.source = source_;
     for (const auto& existing : entries_)
       if (existing.info.kind == kind && existing.info.name == info.name)
         throw error(kind_name(kind) + " '" + info.name + "' is registered twice" +
@@ -256,12 +311,10 @@ private:
 
   template <class Handle>
   static Handle call(const entry& e, const strategy_args& args) {
-    using factory_type = std::function<Handle(const strategy_args&)>;
-    return std::get<factory_type>(e.make)(args);
+    return std::get<factory_of<Handle>>(e.make)(args);
   }
 
   std::vector<entry> entries_;
-  std::string source_; // the file register_file is running
 };
 
 } // namespace kvlab

@@ -257,8 +257,8 @@ inline void require_finite_metrics(const eval_result& r) {
 
 // `exact`, when given, must come from compute_exact_attention(data, options.decode_steps):
 // results are the same bit for bit, only faster.
-inline eval_result evaluate(const recipe& r, const kv_data& data, const registry& components,
-                            const eval_options& options = {}, const exact_attention* exact = nullptr) {
+inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval_options& options = {},
+                            const exact_attention* exact = nullptr) {
   check_consistent(data);
   require_finite(data.keys, "keys");
   require_finite(data.values, "values");
@@ -275,8 +275,8 @@ inline eval_result evaluate(const recipe& r, const kv_data& data, const registry
     throw error("evaluate: the shared exact attention was computed for other data or decode steps");
   const kernel_table& kernels = active_kernels();
 
-  kv_cache cache(r, components, data.layers(), data.kv_heads(), head_dim); // checks the recipe fits; holds nothing yet
-  require_memory(estimated_cache_bytes(r, components, data.layers() * data.kv_heads(), tokens, head_dim),
+  kv_cache cache(r, data.layers(), data.kv_heads(), head_dim); // checks the recipe fits; holds nothing yet
+  require_memory(estimated_cache_bytes(r, data.layers() * data.kv_heads(), tokens, head_dim),
                  "the cache of " + canonical_name(r) + " over " + data.source, "use fewer tokens, layers or heads");
   step_scratch scratch;
   for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, scratch, kernels);

@@ -77,7 +77,7 @@ inline void log_softmax(std::span<const float> logits, std::span<float> out) {
 
 // Runs the model with a cache built from `r` over every chunk (see the module comment).
 inline scored_run run_scored(const model_config& c, const model_weights& w, std::span<const std::int32_t> tokens,
-                             const recipe& r, const registry& components, const perplexity_options& o) {
+                             const any_recipe& r, const perplexity_options& o) {
   const std::size_t chunks = detail::chunk_count(tokens.size(), o), first = o.context / 2;
   if (c.context != 0 && o.context > c.context)
     throw error("perplexity: --ctx " + std::to_string(o.context) + " is longer than the model's " +
@@ -91,7 +91,7 @@ inline scored_run run_scored(const model_config& c, const model_weights& w, std:
   for (std::size_t k = 0; k < chunks; ++k) {
     std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(k * o.context), o.context, chunk.begin());
     if (o.chunk_bos) chunk[0] = *o.chunk_bos;
-    kv_cache cache(r, components, c.layers, c.kv_heads, c.head_dim);
+    kv_cache cache(r, c.layers, c.kv_heads, c.head_dim);
     // Attention runs on one thread: one token's attention is too short to split over threads
     // started per call (kvlab_bench_model: SmolLM2-135M's attention took 1.2 s a chunk on two
     // threads, 0.2 s on one). The matrix products use every thread.
@@ -231,8 +231,8 @@ inline perplexity_result compare_with_base(const scored_run& base, const scored_
 // the same key (model digest, tokens, context, chunks, base recipe), else computed and stored
 // there: `base-<digest>.npy` (positions x vocab, float32) and `base-<digest>.json` (the key).
 inline scored_run base_run(const model_config& c, const model_weights& w, std::span<const std::int32_t> tokens,
-                           const recipe& base, const registry& components, perplexity_options o,
-                           const std::string& model_sha256, const std::filesystem::path& folder) {
+                           const any_recipe& base, perplexity_options o, const std::string& model_sha256,
+                           const std::filesystem::path& folder) {
   o.attention_metrics = false;
   const std::size_t chunks = detail::chunk_count(tokens.size(), o);
   const auto used = tokens.first(chunks * o.context);
@@ -260,7 +260,7 @@ inline scored_run base_run(const model_config& c, const model_weights& w, std::s
       return run;
     }
   }
-  scored_run run = run_scored(c, w, tokens, base, components, o);
+  scored_run run = run_scored(c, w, tokens, base, o);
   std::filesystem::create_directories(folder);
   const std::size_t shape[] = {chunks * scored, c.vocab};
   write_npy(values_file, shape, run.log_probs);

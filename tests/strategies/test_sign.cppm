@@ -31,12 +31,18 @@ struct sign_bit {
 };
 static_assert(Quantizer<sign_bit>);
 
-inline void register_into(registry& components) {
-  components.add({.name = "test_sign",
-                  .usage = "test_sign",
-                  .summary = "1-bit sign (test build only)",
-                  .paper = "arXiv 1603.05279 sec. 3.1"},
-                 registry::quantizer_factory([](const strategy_args&) { return any_quantizer(sign_bit{}); }));
+inline strategy_info info() {
+  return {.name = "test_sign",
+          .usage = "test_sign",
+          .summary = "1-bit sign (test build only)",
+          .paper = "arXiv 1603.05279 sec. 3.1"};
 }
 
+inline sign_bit make(const strategy_args&) { return sign_bit{}; }
+
 } // namespace kvlab::strategies::test_sign
+
+// The typed name recipes use (kvlab.compose).
+export namespace kvlab::parts {
+using test_sign = strategies::test_sign::sign_bit;
+} // namespace kvlab::parts
