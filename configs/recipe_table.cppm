@@ -16,11 +16,20 @@ struct experiment_output {
   std::string json;
 };
 
+// One row per result: the mean of every per-step metric the first result measured, and
+// bytes per token.
 inline text_table eval_table(const std::vector<eval_result>& results) {
-  text_table table{{"recipe", "attn_rel_l2", "attn_rel_l2_p99", "attn_cosine", "bytes_per_token"}, {}};
-  for (const auto& r : results)
-    table.rows.push_back({r.recipe, format_significant(r.attn_rel_l2.mean), format_significant(r.attn_rel_l2.p99),
-                          format_significant(r.attn_cosine.mean), format_significant(r.bytes_per_token, 6)});
+  text_table table{{"recipe"}, {}};
+  if (!results.empty())
+    for (const auto& m : results.front().per_step) table.header.push_back(m.name);
+  table.header.push_back("bytes_per_token");
+  for (const auto& r : results) {
+    std::vector<std::string> row{r.recipe};
+    for (std::size_t c = 1; c + 1 < table.header.size(); ++c)
+      row.push_back(format_significant(r.metric(table.header[c]).mean));
+    row.push_back(format_significant(r.bytes_per_token, 6));
+    table.rows.push_back(row);
+  }
   return table;
 }
 

@@ -183,7 +183,7 @@ int plot_command(int argc, char** argv) {
 // written next to the cells (only when their content changes: a finished re-run changes
 // nothing).
 kvlab::text_table write_sweep_outputs(const std::filesystem::path& dir) {
-  const auto table = kvlab::results_table(kvlab::read_results(dir));
+  const auto table = kvlab::results_table(kvlab::read_results(dir), kvlab::builtin_registry());
   kvlab::write_text_if_changed(dir / "table.md", table.markdown());
   kvlab::write_text_if_changed(dir / "table.tex", table.latex());
   kvlab::write_text_if_changed(dir / "fidelity_vs_bytes.svg", fidelity_plot(dir));
@@ -237,7 +237,7 @@ int table_command(int argc, char** argv) {
   if (opts.positional.size() != 1) throw kvlab::error("kvlab table takes one results folder");
   const std::string format = opts.value_or("--format", "md");
   if (format == "json") throw kvlab::error("kvlab table renders md, tex or csv; the cells' metrics.json are the JSON");
-  std::cout << render(kvlab::results_table(kvlab::read_results(opts.positional[0])), format);
+  std::cout << render(kvlab::results_table(kvlab::read_results(opts.positional[0]), kvlab::builtin_registry()), format);
   return 0;
 }
 

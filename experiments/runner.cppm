@@ -20,6 +20,7 @@ module;
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ranges>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -251,35 +252,49 @@ inline run_summary run_sweep(const configs::sweep& s, const run_options& options
   return summary;
 }
 
-// The table of the cells stored in a results folder (read_results), the best value of
-// each metric in bold.
-inline text_table results_table(const std::vector<json_value>& results) {
-  const char* metrics[] = {"attn_rel_l2", "attn_rel_l2_p99", "attn_cosine",
-                           "score_kl",    "topk_recall",     "bytes_per_token"};
-  const bool lower_is_better[] = {true, true, false, true, false, true};
-  constexpr std::size_t count = std::size(metrics), bytes_column = count - 1;
+// The table of the cells stored in a results folder (read_results): the mean of every
+// metric of `components` the cells stored, and bytes per token, the best value of each
+// column in bold (by the metric's direction).
+inline text_table results_table(const std::vector<json_value>& results, const registry& components) {
+  std::vector<std::string> metrics;
+  std::vector<metric_direction> directions;
+  for (const any_metric& m : components.every_metric())
+    if (std::ranges::any_of(results, [&](const json_value& r) { return r.find(m.name()) != nullptr; })) {
+      metrics.push_back(m.name());
+      directions.push_back(m.direction());
+    }
+  metrics.push_back("bytes_per_token");
+  directions.push_back(metric_direction::lower);
   text_table table{{"recipe", "data"}, {}, {}};
-  table.header.insert(table.header.end(), std::begin(metrics), std::end(metrics));
-  std::vector<std::vector<double>> values(count);
+  table.header.insert(table.header.end(), metrics.begin(), metrics.end());
+  std::vector<std::vector<double>> values(metrics.size());
   for (const auto& r : results) {
     const auto text = [&](const char* key) {
       const auto* v = r.find(key);
       return v && v->is_string() ? v->string() : std::string("?");
     };
     std::vector<std::string> row{text("recipe"), text("data")};
-    for (std::size_t m = 0; m < count; ++m) {
+    for (std::size_t m = 0; m < metrics.size(); ++m) {
       const auto* v = r.find(metrics[m]);
       const double x = v && v->is_number() ? v->number() : std::nan("");
       values[m].push_back(x);
-      row.push_back(format_significant(x, m == bytes_column ? 6 : 4));
+      row.push_back(format_significant(x, m + 1 == metrics.size() ? 6 : 4));
     }
     table.rows.push_back(row);
   }
-  for (std::size_t m = 0; m < count && !results.empty(); ++m) {
+  for (std::size_t m = 0; m < metrics.size() && !results.empty(); ++m) {
+    const auto badness = [&](double x) {
+      switch (directions[m]) {
+      case metric_direction::lower: return x;
+      case metric_direction::higher: return -x;
+      case metric_direction::nearer_zero: return std::fabs(x);
+      }
+      return x;
+    };
     const auto& column = values[m];
-    const auto best = lower_is_better[m] ? std::ranges::min_element(column) : std::ranges::max_element(column);
+    const double best = std::ranges::min(column | std::views::transform(badness));
     for (std::size_t r = 0; r < column.size(); ++r)
-      if (column[r] == *best) table.best.emplace_back(r, m + 2);
+      if (badness(column[r]) == best) table.best.emplace_back(r, m + 2);
   }
   return table;
 }

@@ -36,13 +36,13 @@ BOOST_AUTO_TEST_CASE(exact_attention_of_identical_keys_is_the_mean_value) {
 
 BOOST_AUTO_TEST_CASE(int8_per_token_meets_the_fidelity_bar_and_counts_its_bytes) {
   const auto r = run("k=int8@token,v=int8@token", gaussian);
-  BOOST_TEST(r.attn_rel_l2.mean < 0.02);
-  BOOST_TEST(r.attn_cosine.mean > 0.999);
+  BOOST_TEST(r.metric("attn_rel_l2").mean < 0.02);
+  BOOST_TEST(r.metric("attn_cosine").mean > 0.999);
   // 2 layers x 2 KV heads x (keys, values) x (128 one-byte codes + one fp16 scale).
   BOOST_TEST(r.bytes_per_token == 2.0 * 2 * 2 * (128 + 2));
   BOOST_TEST(r.cache_bytes == std::size_t{1024} * 2 * 2 * 2 * (128 + 2));
-  BOOST_TEST(r.attn_rel_l2.count == 2u * 8 * 32);  // layers x query heads x steps
-  BOOST_TEST(r.cache_bytes_per_head.size() == 4u); // layers x KV heads
+  BOOST_TEST(r.metric("attn_rel_l2").count == 2u * 8 * 32); // layers x query heads x steps
+  BOOST_TEST(r.cache_bytes_per_head.size() == 4u);          // layers x KV heads
   std::size_t per_head_total = 0;
   for (const auto bytes : r.cache_bytes_per_head) per_head_total += bytes;
   BOOST_TEST(per_head_total == r.cache_bytes);
@@ -50,10 +50,10 @@ BOOST_AUTO_TEST_CASE(int8_per_token_meets_the_fidelity_bar_and_counts_its_bytes)
 
 BOOST_AUTO_TEST_CASE(every_metric_reports_what_it_measures) {
   const auto f32 = run("k=f32@token,v=f32@token", "synthetic:gaussian(L=1,H=2,Q=4,T=300,D=64,seed=2)", 8);
-  BOOST_TEST(f32.score_kl.max < 1e-7); // compressed probabilities are floats
-  BOOST_TEST(f32.topk_recall.min == 1.0);
-  BOOST_TEST(std::fabs(f32.ip_bias.mean) < 1e-5);
-  BOOST_TEST(f32.ip_rmse.max < 1e-5);
+  BOOST_TEST(f32.metric("score_kl").max < 1e-7); // compressed probabilities are floats
+  BOOST_TEST(f32.metric("topk_recall").min == 1.0);
+  BOOST_TEST(std::fabs(f32.metric("ip_bias").mean) < 1e-5);
+  BOOST_TEST(f32.metric("ip_rmse").max < 1e-5);
   BOOST_TEST(f32.key_mse.max == 0.0);
   BOOST_TEST(f32.bits_k == 32.0);
   BOOST_TEST(f32.compression_vs_fp16 == 0.5);
@@ -62,9 +62,41 @@ BOOST_AUTO_TEST_CASE(every_metric_reports_what_it_measures) {
   BOOST_TEST(int8.bits_k == 8.0 * (64 + 2) / 64);     // codes + one fp16 scale per token
   BOOST_TEST(int8.bits_v == 8.0 * (32 + 2 * 2) / 64); // 4-bit codes + two fp16 scales
   BOOST_TEST(int8.compression_vs_fp16 == 4.0 * 64 / (66 + 36));
-  BOOST_TEST(int8.score_kl.mean > 0.0);
+  BOOST_TEST(int8.metric("score_kl").mean > 0.0);
   BOOST_TEST(int8.key_snr_db.mean > 35.0); // int8 per token on N(0,1): about 39 dB
   BOOST_TEST(int8.value_snr_db.mean < int8.key_snr_db.mean);
+}
+
+BOOST_AUTO_TEST_CASE(every_registered_metric_is_measured_stored_and_tabled) {
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=96,D=64,seed=4)");
+  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int4@group(32),v=int4@group(32)", components()), data,
+                                 {.decode_steps = 4});
+  const auto metrics = components().every_metric();
+  BOOST_TEST(r.per_step.size() == metrics.size());
+  const auto json = kvlab::parse_json(kvlab::to_json(r), "metrics.json");
+  for (const auto& m : metrics) {
+    BOOST_TEST_CONTEXT(m.name()) {
+      BOOST_TEST(r.metric(m.name()).count == 1u * 4 * 4); // layers x query heads x steps
+      BOOST_TEST(json.find(m.name()) != nullptr);
+      BOOST_TEST(kvlab_test::contains(kvlab::summaries_json(r), "\"" + m.name() + "\""));
+    }
+  }
+  // An error stores its worst cases, a similarity its lowest, a bias neither.
+  BOOST_TEST(json.find("score_kl_p99") != nullptr);
+  BOOST_TEST(json.find("topk_recall_min") != nullptr);
+  BOOST_TEST(json.find("ip_bias_p99") == nullptr);
+  BOOST_TEST(kvlab_test::contains(kvlab_test::message_of<kvlab::error>([&] { r.metric("nonsense"); }),
+                                  "metric 'nonsense' was not measured (measured: "));
+  // A subset can be asked for.
+  const auto only = kvlab::evaluate(kvlab::parse_recipe("k=int4@group(32),v=int4@group(32)", components()), data,
+                                    {.decode_steps = 4, .metrics = {components().make_metric("topk_recall(4)")}});
+  BOOST_TEST(only.per_step.size() == 1u);
+  BOOST_TEST(only.metric("topk_recall(4)").mean > 0.0);
+#ifdef KVLAB_TEST_STRATEGIES
+  // tests/strategies/test_max_abs_error.cppm is found by the build alone.
+  BOOST_TEST(r.metric("test_max_abs_error").max > 0.0);
+  BOOST_TEST(r.metric("test_max_abs_error").max < 1.0);
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(metric_helpers_have_their_textbook_values) {
@@ -105,7 +137,7 @@ BOOST_AUTO_TEST_CASE(a_shared_exact_reference_gives_the_same_results_bit_for_bit
 
 BOOST_AUTO_TEST_CASE(f32_cache_matches_the_double_reference) {
   const auto r = run("k=f32@token,v=f32@token", gaussian);
-  BOOST_TEST(r.attn_rel_l2.mean < 1e-6);
+  BOOST_TEST(r.metric("attn_rel_l2").mean < 1e-6);
   BOOST_TEST(r.bytes_per_token == 2.0 * 2 * 2 * 128 * 4);
 }
 
@@ -114,9 +146,9 @@ BOOST_AUTO_TEST_CASE(fewer_bits_cost_fidelity_and_save_bytes) {
   const auto f16 = run("k=f16@token,v=f16@token", data);
   const auto int8 = run("k=int8@group(32),v=int8@group(32)", data);
   const auto int4 = run("k=int4@group(32),v=int4@group(32)", data);
-  BOOST_TEST(f16.attn_rel_l2.mean < int8.attn_rel_l2.mean);
-  BOOST_TEST(int8.attn_rel_l2.mean < int4.attn_rel_l2.mean);
-  BOOST_TEST(int4.attn_rel_l2.mean < 0.2);
+  BOOST_TEST(f16.metric("attn_rel_l2").mean < int8.metric("attn_rel_l2").mean);
+  BOOST_TEST(int8.metric("attn_rel_l2").mean < int4.metric("attn_rel_l2").mean);
+  BOOST_TEST(int4.metric("attn_rel_l2").mean < 0.2);
   // Per stream and token: f16 128 bytes; int8 64 + 2 scales; int4 32 + 2 scales.
   BOOST_TEST(f16.bytes_per_token == 2.0 * 2 * 128);
   BOOST_TEST(int8.bytes_per_token == 2.0 * 2 * (64 + 4));
@@ -128,7 +160,7 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bit_identical_results) {
   const auto b = run("k=int4@group(32),v=int8@token", "synthetic:gaussian(T=200,seed=9)", 8);
   const auto c = run("k=int4@group(32),v=int8@token", "synthetic:gaussian(T=200,seed=10)", 8);
   BOOST_TEST(kvlab::to_json(a) == kvlab::to_json(b));
-  BOOST_TEST(a.attn_rel_l2.mean != c.attn_rel_l2.mean);
+  BOOST_TEST(a.metric("attn_rel_l2").mean != c.metric("attn_rel_l2").mean);
 }
 
 BOOST_AUTO_TEST_CASE(protocol_rejects_bad_step_counts_and_unsupported_tiers) {
@@ -230,14 +262,14 @@ BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_r
   // The f16 quantizer saturates at +-65504 (a documented choice): finite, honest errors.
   const auto saturated =
       kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f32@token", components()), large, {.decode_steps = 8});
-  BOOST_TEST(std::isfinite(saturated.attn_rel_l2.mean));
+  BOOST_TEST(std::isfinite(saturated.metric("attn_rel_l2").mean));
   BOOST_TEST(saturated.key_mse.mean > 1e9);
   const std::string scales = error_of("k=int8@token,v=f32@token", scaled(1e9));
   BOOST_TEST(scales.find("beyond the fp16 range (65504); use scale=f32") != std::string::npos, scales);
   const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=f32@token,scale=f32", components()), large,
                                  {.decode_steps = 8});
-  BOOST_TEST(std::isfinite(r.attn_rel_l2.mean));
-  BOOST_TEST(r.attn_rel_l2.mean < 0.05);
+  BOOST_TEST(std::isfinite(r.metric("attn_rel_l2").mean));
+  BOOST_TEST(r.metric("attn_rel_l2").mean < 0.05);
 }
 
 // The memory check's cache estimate bounds what the cache holds, and closely.

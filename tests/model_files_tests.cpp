@@ -253,7 +253,7 @@ BOOST_AUTO_TEST_CASE(model_data_spec_gives_a_real_workload) {
   BOOST_TEST(data.source == spec);
   const auto& c = components();
   const auto int8 = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=int8@token", c), data, {.decode_steps = 16});
-  BOOST_TEST((int8.attn_rel_l2.mean > 0.0 && int8.attn_rel_l2.mean < 0.2));
+  BOOST_TEST((int8.metric("attn_rel_l2").mean > 0.0 && int8.metric("attn_rel_l2").mean < 0.2));
   const auto expect_error = [&](const std::string& bad, const std::string& fragment) {
     BOOST_CHECK_EXCEPTION(kvlab::load_workload(bad), kvlab::error, [&](const kvlab::error& e) {
       const bool found = std::string(e.what()).find(fragment) != std::string::npos;

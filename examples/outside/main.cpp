@@ -27,5 +27,5 @@ int main(int argc, char** argv) {
                                     .decode_steps = 4};
   const auto summary = kvlab::run_sweep(sweep, {.out = out, .progress = false});
   std::cout << summary.computed << " cells computed, " << summary.skipped << " already done\n\n"
-            << kvlab::results_table(kvlab::read_results(out)).markdown();
+            << kvlab::results_table(kvlab::read_results(out), kvlab::builtin_registry()).markdown();
 }

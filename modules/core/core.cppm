@@ -14,6 +14,7 @@ export import :tensor;
 export import :codebook;
 export import :tags;
 export import :schedule;
+export import :metric;
 export import :eviction;
 export import :concepts;
 export import :erased;

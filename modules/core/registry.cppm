@@ -18,11 +18,12 @@ import :errors;
 import :numeric;
 import :erased;
 import :schedule;
+import :metric;
 import :tags;
 
 export namespace kvlab {
 
-enum class component_kind { quantizer, granularity, eviction, storage, allocation, schedule, aggregation };
+enum class component_kind { quantizer, granularity, eviction, storage, allocation, schedule, aggregation, metric };
 
 inline std::string kind_name(component_kind kind) {
   switch (kind) {
@@ -33,6 +34,7 @@ inline std::string kind_name(component_kind kind) {
   case component_kind::allocation: return "allocation";
   case component_kind::schedule: return "schedule";
   case component_kind::aggregation: return "aggregation";
+  case component_kind::metric: return "metric";
   }
   return "component";
 }
@@ -74,6 +76,11 @@ template <>
 struct kind_of<aggregation_tag> {
   static constexpr component_kind kind = component_kind::aggregation;
   using handle = any_aggregation;
+};
+template <>
+struct kind_of<metric_tag> {
+  static constexpr component_kind kind = component_kind::metric;
+  using handle = any_metric;
 };
 
 // A component as written in a recipe: `name` or `name(arg, arg, ...)`; arguments may
@@ -229,6 +236,16 @@ public:
   any_aggregation make_aggregation(std::string_view text) const {
     return make<any_aggregation>(component_kind::aggregation, text);
   }
+  any_metric make_metric(std::string_view text) const { return make<any_metric>(component_kind::metric, text); }
+  // One of every registered metric, as its name (or first example) builds it: what an
+  // evaluation measures.
+  std::vector<any_metric> every_metric() const {
+    std::vector<any_metric> metrics;
+    for (const auto& info : list())
+      if (info.kind == component_kind::metric)
+        metrics.push_back(make_metric(info.examples.empty() ? info.name : info.examples.front()));
+    return metrics;
+  }
 
   // Every registered name, ordered by kind then name.
   std::vector<strategy_info> list() const {
@@ -268,7 +285,7 @@ private:
   using factory_of = std::function<Handle(const strategy_args&)>;
   using factory = std::variant<factory_of<any_quantizer>, factory_of<any_granularity>, factory_of<any_eviction>,
                                factory_of<any_storage>, factory_of<any_allocation>, factory_of<any_schedule>,
-                               factory_of<any_aggregation>>;
+                               factory_of<any_aggregation>, factory_of<any_metric>>;
   struct entry {
     strategy_info info;
     factory make;

@@ -14,6 +14,7 @@ struct storage_tag {};
 struct allocation_tag {};
 struct schedule_tag {};
 struct aggregation_tag {};
+struct metric_tag {};
 
 template <class T, class Tag>
 concept opts_into = requires { typename T::component_concept; } && std::same_as<typename T::component_concept, Tag>;

@@ -26,12 +26,20 @@ import kvlab.cache;
 import kvlab.attention;
 import kvlab.metrics;
 import kvlab.report;
+import kvlab.registry_builtin;
 
 export namespace kvlab {
 
 struct eval_options {
-  std::size_t decode_steps = 32; // the last tokens of the data are decoded one by one
-  std::size_t top_k = 32;        // for topk_recall
+  std::size_t decode_steps = 32;   // the last tokens of the data are decoded one by one
+  std::vector<any_metric> metrics; // measured at every step; empty: every registered metric
+};
+
+// One metric over layers x query heads x decode steps.
+struct measured_metric {
+  std::string name;
+  metric_direction direction = metric_direction::lower;
+  summary stats;
 };
 
 struct eval_result {
@@ -40,13 +48,8 @@ struct eval_result {
   std::string isa;
   std::size_t tokens = 0; // in the data (all of them pass through the cache)
   std::size_t decode_steps = 0;
-  summary attn_rel_l2; // over layers x query heads x decode steps
-  summary attn_cosine;
-  summary score_kl;            // KL(exact || compressed) of the attention probabilities
-  summary topk_recall;         // share of the exact top-k keys among the compressed top-k
-  summary ip_bias;             // mean of q.k_hat - q.k over the held keys
-  summary ip_rmse;             // root mean square of q.k_hat - q.k
-  summary key_mse, key_snr_db; // over layers x KV heads, at the end, all held keys
+  std::vector<measured_metric> per_step; // every metric (metrics/), in the registry's order
+  summary key_mse, key_snr_db;           // over layers x KV heads, at the end, all held keys
   summary value_mse, value_snr_db;
   double bits_k = 0.0; // bits per key element: codes, parameters and fp16 tiers
   double bits_v = 0.0;
@@ -55,51 +58,17 @@ struct eval_result {
   std::size_t cache_bytes = 0;                   // everything storage holds at the end
   std::vector<std::size_t> cache_bytes_per_head; // layers x KV heads, keys and values
   double bytes_per_token = 0.0;                  // cache_bytes / tokens: all layers and KV heads, K and V
-};
 
-// KL(p || q) in nats; q is floored at 1e-30 so a key the compressed cache gives no weight
-// costs a large finite penalty instead of infinity.
-inline double kl_divergence(std::span<const double> p, std::span<const double> q) {
-  double kl = 0.0;
-  for (std::size_t i = 0; i < p.size(); ++i)
-    if (p[i] > 0) kl += p[i] * std::log(p[i] / std::max(q[i], 1e-30));
-  return kl;
-}
-
-// Share of the k keys with the largest exact weight that are among the k largest
-// compressed weights (ties broken by position, so the result is deterministic).
-inline double topk_recall(std::span<const double> exact, std::span<const double> approx, std::size_t k) {
-  k = std::min(k, exact.size());
-  if (k == 0) return 1.0;
-  const auto top = [k](auto weights) {
-    std::vector<std::size_t> order(weights.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    // A total order, so selecting the first k fixes the set (sorted by position below).
-    std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(k), [&](std::size_t a, std::size_t b) {
-      return weights[a] > weights[b] || (weights[a] == weights[b] && a < b);
-    });
-    order.resize(k);
-    std::ranges::sort(order);
-    return order;
-  };
-  const auto a = top(exact), b = top(approx);
-  std::vector<std::size_t> common;
-  std::ranges::set_intersection(a, b, std::back_inserter(common));
-  return static_cast<double>(common.size()) / static_cast<double>(k);
-}
-
-// Mean and root mean square of q.k_hat - q.k over the held keys: approx[i] is the cache's
-// q.k for the key at position positions[i]; exact_dots[p] is q.k for position p.
-inline std::pair<double, double> inner_product_error(std::span<const double> exact_dots, std::span<const float> approx,
-                                                     std::span<const std::size_t> positions) {
-  const std::size_t n = approx.size();
-  double sum = 0.0, squares = 0.0;
-  for (std::size_t t = 0; t < n; ++t) {
-    const double d = double{approx[t]} - exact_dots[positions[t]];
-    sum += d, squares += d * d;
+  // The summary of the per-step metric `name`; throws kvlab::error naming the measured ones.
+  const summary& metric(std::string_view name) const {
+    std::string measured;
+    for (const auto& m : per_step) {
+      if (m.name == name) return m.stats;
+      measured += (measured.empty() ? "" : ", ") + m.name;
+    }
+    throw error("metric '" + std::string(name) + "' was not measured (measured: " + measured + ")");
   }
-  return {sum / static_cast<double>(n), std::sqrt(squares / static_cast<double>(n))};
-}
+};
 
 // The part of an evaluation that depends on the data alone: for every decode step, layer
 // and query head, exact attention over the full history (double precision), its weights,
@@ -212,18 +181,15 @@ inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, s
   cache.token_done();
 }
 
-// Every per-(layer, head, step) metric of a result with its name.
-inline std::array<std::pair<const char*, const summary*>, 10> named_summaries(const eval_result& r) {
-  return {{{"attn_rel_l2", &r.attn_rel_l2},
-           {"attn_cosine", &r.attn_cosine},
-           {"score_kl", &r.score_kl},
-           {"topk_recall", &r.topk_recall},
-           {"ip_bias", &r.ip_bias},
-           {"ip_rmse", &r.ip_rmse},
-           {"key_mse", &r.key_mse},
-           {"key_snr_db", &r.key_snr_db},
-           {"value_mse", &r.value_mse},
-           {"value_snr_db", &r.value_snr_db}}};
+// Every summarized metric of a result with its name: the per-step metrics, then the
+// reconstruction of what the cache holds at the end.
+inline std::vector<std::pair<std::string, const summary*>> named_summaries(const eval_result& r) {
+  std::vector<std::pair<std::string, const summary*>> all;
+  for (const auto& m : r.per_step) all.emplace_back(m.name, &m.stats);
+  for (const auto& [name, s] : {std::pair{"key_mse", &r.key_mse}, std::pair{"key_snr_db", &r.key_snr_db},
+                                std::pair{"value_mse", &r.value_mse}, std::pair{"value_snr_db", &r.value_snr_db}})
+    all.emplace_back(name, s);
+  return all;
 }
 
 // Attention logits are computed in float: |q . k| <= max|q| max|k| head_dim must stay
@@ -274,6 +240,7 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
                 exact->entries.size() != options.decode_steps * data.layers() * data.q_heads()))
     throw error("evaluate: the shared exact attention was computed for other data or decode steps");
   const kernel_table& kernels = active_kernels();
+  const std::vector<any_metric> metrics = options.metrics.empty() ? builtin_registry().every_metric() : options.metrics;
 
   kv_cache cache(r, data.layers(), data.kv_heads(), head_dim); // checks the recipe fits; holds nothing yet
   require_memory(estimated_cache_bytes(r, data.layers() * data.kv_heads(), tokens, head_dim),
@@ -286,7 +253,7 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
   const std::vector<float>& out = scratch.out;
   const attention_trace& trace = scratch.trace;
   std::vector<float> approx_ip;
-  std::vector<double> rel_l2, cosine, kl, recall, bias, rmse;
+  std::vector<std::vector<double>> samples(metrics.size());
   std::vector<double> approx_p;
   exact_attention::entry computed;
   for (std::size_t t = prefill; t < tokens; ++t) {
@@ -298,22 +265,24 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
         if (!exact) exact_entry(data, layer, h, t, computed);
         const exact_attention::entry& reference =
             exact ? exact->entries[((t - prefill) * data.layers() + layer) * q_heads + h] : computed;
-        const std::vector<double>& exact_p = reference.probabilities;
-        const auto approx = std::span<const float>(out).subspan(h * head_dim, head_dim);
-        rel_l2.push_back(relative_l2(approx, reference.out));
-        cosine.push_back(cosine_similarity(approx, reference.out));
         // The cache's weights by position; evicted keys weigh 0.
         const kv_stream& held = cache.keys(layer, h / group);
         approx_p.assign(t + 1, 0.0);
         const auto weights = trace.head(h);
         for (std::size_t i = 0; i < weights.size(); ++i) approx_p[held.positions()[i]] = weights[i];
-        kl.push_back(kl_divergence(exact_p, approx_p));
-        recall.push_back(topk_recall(exact_p, std::span<const double>(approx_p), options.top_k));
         approx_ip.resize(held.tokens());
         held.dot_all(kernels, query, 1, approx_ip);
-        const auto [ip_bias, ip_rmse] = inner_product_error(reference.dots, approx_ip, held.positions());
-        bias.push_back(ip_bias);
-        rmse.push_back(ip_rmse);
+        const step_view view{.layer = layer,
+                             .head = h,
+                             .position = t,
+                             .output = std::span<const float>(out).subspan(h * head_dim, head_dim),
+                             .exact_output = reference.out,
+                             .probabilities = approx_p,
+                             .exact_probabilities = reference.probabilities,
+                             .dots = approx_ip,
+                             .exact_dots = reference.dots,
+                             .positions = held.positions()};
+        for (std::size_t m = 0; m < metrics.size(); ++m) samples[m].push_back(metrics[m].measure(view));
       }
     }
     cache.token_done();
@@ -337,12 +306,6 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
                      .isa = std::string(isa_name(kernels.instruction_set)),
                      .tokens = tokens,
                      .decode_steps = options.decode_steps,
-                     .attn_rel_l2 = summarize(rel_l2),
-                     .attn_cosine = summarize(cosine),
-                     .score_kl = summarize(kl),
-                     .topk_recall = summarize(recall),
-                     .ip_bias = summarize(bias),
-                     .ip_rmse = summarize(rmse),
                      .key_mse = summarize(key_mse),
                      .key_snr_db = summarize(key_snr),
                      .value_mse = summarize(value_mse),
@@ -352,6 +315,8 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
                      .tokens_kept =
                          static_cast<double>(held) / static_cast<double>(2 * data.layers() * data.kv_heads()),
                      .cache_bytes = cache.bytes()};
+  for (std::size_t m = 0; m < metrics.size(); ++m)
+    result.per_step.push_back({metrics[m].name(), metrics[m].direction(), summarize(std::move(samples[m]))});
   for (std::size_t layer = 0; layer < data.layers(); ++layer)
     for (std::size_t head = 0; head < data.kv_heads(); ++head)
       result.cache_bytes_per_head.push_back(cache.bytes(layer, head));
@@ -378,23 +343,19 @@ inline std::string summaries_json(const eval_result& r) {
   return all.str(0);
 }
 
+// Each per-step metric's mean under its name, and its worst cases for the direction it has:
+// `_p99` and `_max` of an error, `_min` of a similarity (a bias has neither).
 inline std::string to_json(const eval_result& r) {
-  return json_object()
-      .add("recipe", r.recipe)
-      .add("data", r.data)
-      .add("isa", r.isa)
-      .add("tokens", r.tokens)
-      .add("decode_steps", r.decode_steps)
-      .add("attn_rel_l2", r.attn_rel_l2.mean)
-      .add("attn_rel_l2_p99", r.attn_rel_l2.p99)
-      .add("attn_rel_l2_max", r.attn_rel_l2.max)
-      .add("attn_cosine", r.attn_cosine.mean)
-      .add("attn_cosine_min", r.attn_cosine.min)
-      .add("score_kl", r.score_kl.mean)
-      .add("topk_recall", r.topk_recall.mean)
-      .add("ip_bias", r.ip_bias.mean)
-      .add("ip_rmse", r.ip_rmse.mean)
-      .add("key_mse", r.key_mse.mean)
+  json_object json;
+  json.add("recipe", r.recipe).add("data", r.data).add("isa", r.isa).add("tokens", r.tokens);
+  json.add("decode_steps", r.decode_steps);
+  for (const auto& m : r.per_step) {
+    json.add(m.name, m.stats.mean);
+    if (m.direction == metric_direction::lower)
+      json.add(m.name + "_p99", m.stats.p99).add(m.name + "_max", m.stats.max);
+    if (m.direction == metric_direction::higher) json.add(m.name + "_min", m.stats.min);
+  }
+  return json.add("key_mse", r.key_mse.mean)
       .add("key_snr_db", r.key_snr_db.mean)
       .add("value_mse", r.value_mse.mean)
       .add("value_snr_db", r.value_snr_db.mean)

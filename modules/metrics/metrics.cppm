@@ -4,7 +4,9 @@ module;
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <span>
+#include <utility>
 #include <vector>
 export module kvlab.metrics;
 import kvlab.core;
@@ -34,6 +36,50 @@ inline double cosine_similarity(std::span<const float> approx, std::span<const d
   if (a == 0.0 && e == 0.0) return 1.0;
   if (a == 0.0 || e == 0.0) return 0.0;
   return dot / std::sqrt(a * e);
+}
+
+// KL(p || q) in nats; q is floored at 1e-30 so a key the compressed cache gives no weight
+// costs a large finite penalty instead of infinity.
+inline double kl_divergence(std::span<const double> p, std::span<const double> q) {
+  double kl = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] > 0) kl += p[i] * std::log(p[i] / std::max(q[i], 1e-30));
+  return kl;
+}
+
+// Share of the k keys with the largest exact weight that are among the k largest
+// compressed weights (ties broken by position, so the result is deterministic).
+inline double topk_recall(std::span<const double> exact, std::span<const double> approx, std::size_t k) {
+  k = std::min(k, exact.size());
+  if (k == 0) return 1.0;
+  const auto top = [k](auto weights) {
+    std::vector<std::size_t> order(weights.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // A total order, so selecting the first k fixes the set (sorted by position below).
+    std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(k), [&](std::size_t a, std::size_t b) {
+      return weights[a] > weights[b] || (weights[a] == weights[b] && a < b);
+    });
+    order.resize(k);
+    std::ranges::sort(order);
+    return order;
+  };
+  const auto a = top(exact), b = top(approx);
+  std::vector<std::size_t> common;
+  std::ranges::set_intersection(a, b, std::back_inserter(common));
+  return static_cast<double>(common.size()) / static_cast<double>(k);
+}
+
+// Mean and root mean square of q.k_hat - q.k over the held keys: approx[i] is the cache's
+// q.k for the key at position positions[i]; exact_dots[p] is q.k for position p.
+inline std::pair<double, double> inner_product_error(std::span<const double> exact_dots, std::span<const float> approx,
+                                                     std::span<const std::size_t> positions) {
+  const std::size_t n = approx.size();
+  double sum = 0.0, squares = 0.0;
+  for (std::size_t t = 0; t < n; ++t) {
+    const double d = double{approx[t]} - exact_dots[positions[t]];
+    sum += d, squares += d * d;
+  }
+  return {sum / static_cast<double>(n), std::sqrt(squares / static_cast<double>(n))};
 }
 
 struct summary {
