@@ -133,7 +133,7 @@ int eval_command(int argc, char** argv) {
   opts.no_positional();
   const auto& components = kvlab::builtin_registry();
   const kvlab::any_recipe recipe = kvlab::parse_recipe(opts.required("--recipe"), components);
-  const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
+  const kvlab::kv_data data = kvlab::load_data(opts.required("--data"));
   kvlab::eval_options eval;
   eval.decode_steps = opts.number_or("--decode-steps", eval.decode_steps);
   const auto result = kvlab::evaluate(recipe, data, eval);
@@ -322,7 +322,7 @@ void write_kv_npy(const std::filesystem::path& dir,
 int export_command(int argc, char** argv) {
   const options opts(argc, argv, {"--data", "--out"}, {});
   opts.no_positional();
-  const kvlab::kv_data data = kvlab::load_workload(opts.required("--data"));
+  const kvlab::kv_data data = kvlab::load_data(opts.required("--data"));
   write_kv_npy(opts.required("--out"), {{"K.npy", &data.keys}, {"V.npy", &data.values}, {"Q.npy", &data.queries}});
   return 0;
 }
@@ -353,7 +353,10 @@ int list_command(int argc, char** argv) {
   kvlab::text_table table{{"kind", "name", "what it is", "paper"}, {}};
   for (const auto& info : kvlab::builtin_registry().list())
     table.rows.push_back({kvlab::kind_name(info.kind), info.usage, info.summary, info.paper});
-  std::cout << "Strategies\n\n" << table.markdown();
+  std::cout << "Strategies and metrics\n\n" << table.markdown();
+  kvlab::text_table sources{{"data source", "what it is"}, {}};
+  for (const auto& s : kvlab::builtin_data_sources()) sources.rows.push_back({s.info.usage, s.info.summary});
+  std::cout << "\nData sources\n\n" << sources.markdown();
   kvlab::text_table recipes{{"recipe", "canonical name", "reference"}, {}};
   for (const auto& b : kvlab::configs::baselines())
     recipes.rows.push_back({b.label, kvlab::canonical_name(b.value), b.reference});

@@ -129,7 +129,7 @@ public:
     if (!load) return ready.get(); // loaded, or being loaded by another cell: wait for it
     try {
       auto loaded = std::make_shared<dataset>();
-      loaded->data = load_workload(spec);
+      loaded->data = load_data(spec);
       loaded->digest = data_digest(loaded->data);
       // Invalid decode steps are left for evaluate to report.
       if (decode_steps_ > 0 && decode_steps_ < loaded->data.tokens() &&

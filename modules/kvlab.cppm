@@ -18,5 +18,6 @@ export import kvlab.tokenizer.gguf;
 export import kvlab.model;
 export import kvlab.perplexity;
 export import kvlab.registry_builtin;
+export import kvlab.data_sources_builtin;
 export import kvlab.compose;
 export import kvlab.configs;

@@ -247,7 +247,7 @@ BOOST_AUTO_TEST_CASE(model_data_spec_gives_a_real_workload) {
   kvlab_test::scratch_directory dir("spec");
   const auto text = dir.write("story.txt", story);
   const std::string spec = "model:" + stories->string() + ",text=" + text.string() + ",tokens=96";
-  const kvlab::kv_data data = kvlab::load_workload(spec);
+  const kvlab::kv_data data = kvlab::load_data(spec);
   BOOST_TEST((data.keys.shape() == kvlab::kv_shape{5, 4, 96, 8}));
   BOOST_TEST((data.queries.shape() == kvlab::kv_shape{5, 8, 96, 8}));
   BOOST_TEST(data.source == spec);
@@ -255,7 +255,7 @@ BOOST_AUTO_TEST_CASE(model_data_spec_gives_a_real_workload) {
   const auto int8 = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=int8@token", c), data, {.decode_steps = 16});
   BOOST_TEST((int8.metric("attn_rel_l2").mean > 0.0 && int8.metric("attn_rel_l2").mean < 0.2));
   const auto expect_error = [&](const std::string& bad, const std::string& fragment) {
-    BOOST_CHECK_EXCEPTION(kvlab::load_workload(bad), kvlab::error, [&](const kvlab::error& e) {
+    BOOST_CHECK_EXCEPTION(kvlab::load_data(bad), kvlab::error, [&](const kvlab::error& e) {
       const bool found = std::string(e.what()).find(fragment) != std::string::npos;
       if (!found) BOOST_TEST_MESSAGE("message: " << e.what());
       return found;

@@ -1,117 +1,65 @@
-// kvlab.data: KV workloads from data specs: synthetic:gaussian(...), synthetic:llm(...)
-// (modules/data/synthetic_llm.cppm documents its knobs), npy:DIR and safetensors:FILE
-// (modules/data/kv_files.cppm; see docs/data.md).
-//   synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1): i.i.d. N(0,1) keys, values and
-//   queries; L layers, H KV heads, Q query heads (a multiple of H), T tokens, head_dim D.
+// kvlab.data: data sources, the kinds of data spec (`synthetic:gaussian(...)`, `npy:DIR`,
+// ...). Each source is a file in data_sources/ (discovered as strategies are; the generated
+// module kvlab.data_sources_builtin lists them and offers load_data), declaring its name,
+// usage and summary, a check that validates a spec before anything is read or generated,
+// and a load that builds the workload.
 module;
-#include <cmath>
+#include <algorithm>
 #include <cstddef>
-#include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 export module kvlab.data;
 import kvlab.core;
-import kvlab.data.llm;
-import kvlab.data.files;
 
 export namespace kvlab {
 
-namespace detail {
-
-inline void fill_gaussian(kv_tensor& tensor, std::uint64_t seed, std::uint64_t tensor_id) {
-  const auto& s = tensor.shape();
-  for (std::size_t layer = 0; layer < s.layers; ++layer)
-    for (std::size_t head = 0; head < s.heads; ++head) {
-      random_stream random(seed, (tensor_id << 48) ^ (layer << 24) ^ head);
-      for (std::size_t t = 0; t < s.tokens; ++t)
-        for (float& x : tensor.row(layer, head, t)) x = static_cast<float>(random.normal());
-    }
-}
-
-struct gaussian_parameters {
-  std::size_t layers = 0, kv_heads = 0, q_heads = 0, tokens = 0, head_dim = 0;
-  std::uint64_t seed = 0;
+struct data_source_info {
+  std::string name;    // what a spec starts with: "npy", "synthetic:gaussian"
+  std::string usage;   // "npy:DIR", "synthetic:gaussian(L,H,Q,T,D,seed)"
+  std::string summary; // one line: what it is
 };
 
-inline gaussian_parameters read_gaussian_parameters(const term& t, std::string_view spec) {
-  const generator_arguments args(t, spec, {{"L", 2}, {"H", 2}, {"Q", 8}, {"T", 1024}, {"D", 128}, {"seed", 1}});
-  const gaussian_parameters p{.layers = args.whole_number("L"),
-                              .kv_heads = args.whole_number("H"),
-                              .q_heads = args.whole_number("Q"),
-                              .tokens = args.whole_number("T", 2),
-                              .head_dim = args.whole_number("D"),
-                              .seed = static_cast<std::uint64_t>(args.whole_number("seed", 0))};
-  if (p.q_heads % p.kv_heads != 0)
-    args.fail("Q = " + std::to_string(p.q_heads) + " query heads is not a multiple of H = " +
-              std::to_string(p.kv_heads) + " KV heads (grouped-query attention)");
-  // Refuse workloads that would not fit this machine's memory, before allocating them.
-  checked_workload_elements({2 * p.kv_heads + p.q_heads, p.layers, p.tokens, p.head_dim},
-                            "data spec '" + std::string(spec) + "'");
-  return p;
-}
-
-inline kv_data gaussian(const term& t, std::string_view spec) {
-  const gaussian_parameters p = read_gaussian_parameters(t, spec);
-  kv_data data{kv_tensor({p.layers, p.kv_heads, p.tokens, p.head_dim}),
-               kv_tensor({p.layers, p.kv_heads, p.tokens, p.head_dim}),
-               kv_tensor({p.layers, p.q_heads, p.tokens, p.head_dim}), std::string(spec)};
-  fill_gaussian(data.keys, p.seed, 1);
-  fill_gaussian(data.values, p.seed, 2);
-  fill_gaussian(data.queries, p.seed, 3);
-  return data;
-}
-
-} // namespace detail
-
-// A data spec taken apart and checked as load_data checks it, before any file is read or any
-// value generated (the fuzz target checks specs this way, so it never builds huge workloads).
-struct data_request {
-  std::string source;       // synthetic, npy or safetensors
-  term generator;           // synthetic: gaussian(...) or llm(...)
-  std::size_t elements = 0; // synthetic: the floats of keys, values and queries
-  std::string path;         // npy and safetensors
+struct data_source {
+  data_source_info info;
+  std::string file; // the file that defines it
+  // The spec taken apart and checked, never opening a file or generating a value: the
+  // floats the workload will hold, or 0 when only reading tells.
+  std::size_t (*check)(std::string_view spec) = nullptr;
+  kv_data (*load)(std::string_view spec) = nullptr;
 };
 
-// Throws kvlab::error naming the bad part.
-inline data_request parse_data_spec(std::string_view spec) {
-  const auto colon = spec.find(':');
-  if (colon == std::string_view::npos)
-    throw error("data spec '" + std::string(spec) +
-                "': expected source:arguments, for example "
-                "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)");
-  data_request request{.source = std::string(spec.substr(0, colon))};
-  if (request.source == "synthetic") {
-    request.generator = parse_term(spec.substr(colon + 1), "data spec '" + std::string(spec) + "'");
-    const auto elements = [](const auto& p) { return (2 * p.kv_heads + p.q_heads) * p.layers * p.tokens * p.head_dim; };
-    if (request.generator.name == "gaussian")
-      request.elements = elements(detail::read_gaussian_parameters(request.generator, spec));
-    else if (request.generator.name == "llm")
-      request.elements = elements(detail::llm::read_parameters(request.generator, spec));
-    else
-      throw error("data spec '" + std::string(spec) + "': unknown synthetic generator '" + request.generator.name +
-                  "'; allowed: gaussian, llm");
-    return request;
+// Adds a source from `file`; a name another file has added is an error naming both.
+inline void add_data_source(std::vector<data_source>& all, std::string_view file, data_source_info info,
+                            std::size_t (*check)(std::string_view), kv_data (*load)(std::string_view)) {
+  for (const auto& s : all)
+    if (s.info.name == info.name)
+      throw error(std::string(file) + ": data source '" + info.name + "' is registered twice (first by " + s.file +
+                  ")");
+  all.push_back({std::move(info), std::string(file), check, load});
+}
+
+// The source whose name the spec is, or starts with followed by ':' or '(' (the longest).
+inline const data_source& find_data_source(std::string_view spec, std::span<const data_source> sources) {
+  const data_source* found = nullptr;
+  for (const auto& s : sources) {
+    const std::string& name = s.info.name;
+    const bool matches =
+        spec.starts_with(name) && (spec.size() == name.size() || spec[name.size()] == ':' || spec[name.size()] == '(');
+    if (matches && (!found || name.size() > found->info.name.size())) found = &s;
   }
-  request.path = spec.substr(colon + 1);
-  if (request.path.empty())
-    throw error("data spec '" + std::string(spec) + "': no path after '" + request.source + ":'");
-  if (request.source != "npy" && request.source != "safetensors")
-    throw error("data spec '" + std::string(spec) + "': unknown source '" + request.source +
-                "'; allowed: synthetic, npy, safetensors, model");
-  return request;
+  if (found) return *found;
+  std::string allowed;
+  for (const auto& s : sources) allowed += (allowed.empty() ? "" : ", ") + s.info.usage;
+  throw error("data spec '" + std::string(spec) + "': unknown source; allowed: " + allowed);
 }
 
-// Builds the workload a data spec names. Throws kvlab::error naming the bad part.
-inline kv_data load_data(std::string_view spec) {
-  const data_request request = parse_data_spec(spec);
-  if (request.source == "npy") return load_npy_dir(request.path);
-  if (request.source == "safetensors") return load_safetensors(request.path);
-  if (request.generator.name == "llm") return synthetic_llm(request.generator, spec);
-  kv_data data = detail::gaussian(request.generator, spec);
-  check_consistent(data);
-  return data;
+// The text after `<name>:` of a spec whose source is `name`, which must not be empty.
+inline std::string_view spec_argument(std::string_view spec, std::string_view name) {
+  const std::string_view rest = spec.substr(std::min(spec.size(), name.size() + 1));
+  if (rest.empty()) throw error("data spec '" + std::string(spec) + "': nothing after '" + std::string(name) + ":'");
+  return rest;
 }
 
 } // namespace kvlab

@@ -19,7 +19,6 @@ export import :hf;
 export import :gguf_weights;
 export import :capture;
 import kvlab.core;
-import kvlab.data;
 import kvlab.gguf;
 import kvlab.tokenizer;
 import kvlab.tokenizer.gguf;
@@ -150,23 +149,6 @@ inline model_data_request parse_model_data_spec(std::string_view spec) {
   // A given text is never empty (empty values are refused above).
   if (request.text.empty()) throw error(where + ": text=FILE is missing (the text the model reads)");
   return request;
-}
-
-// The workload a data spec names: `model:PATH,text=FILE[,tokens=N][,tokenizer=FILE]` runs the
-// model over the first N tokens of the text (default: as many as the text gives, up to the
-// model's context, or 4096) and hands over its real keys, values and queries (capture_kv);
-// every other spec goes to load_data.
-inline kv_data load_workload(std::string_view spec) {
-  if (!spec.starts_with("model:")) return load_data(spec);
-  const model_data_request request = parse_model_data_spec(spec);
-  const model m = load_model(request.model, request.tokenizer);
-  const std::vector<std::int32_t> tokens = m.tokenizer->encode(read_whole_file(request.text), m.tokenizer->add_bos());
-  const std::size_t limit = m.config.context != 0 ? m.config.context : 4096;
-  if (request.tokens && *request.tokens > tokens.size())
-    throw error("data spec '" + std::string(spec) + "': tokens=" + std::to_string(*request.tokens) + " but '" +
-                request.text.string() + "' gives " + std::to_string(tokens.size()) + " tokens");
-  const std::size_t n = request.tokens.value_or(std::min(tokens.size(), limit));
-  return capture_kv(m.config, m.weights, std::span(tokens).first(n), std::string(spec)).data;
 }
 
 } // namespace kvlab

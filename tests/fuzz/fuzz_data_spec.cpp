@@ -16,13 +16,9 @@ constexpr std::size_t max_generated_elements = std::size_t{1} << 14;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view spec = kvlab_fuzz::as_text(data, size);
   try {
-    if (spec.starts_with("model:")) {
-      static_cast<void>(kvlab::parse_model_data_spec(spec));
-      return 0;
-    }
-    const kvlab::data_request request = kvlab::parse_data_spec(spec);
-    if (request.source == "synthetic" && request.elements <= max_generated_elements)
-      static_cast<void>(kvlab::load_data(spec));
+    // Sources that read files say 0; only generated workloads are built here.
+    const std::size_t elements = kvlab::check_data_spec(spec);
+    if (elements > 0 && elements <= max_generated_elements) static_cast<void>(kvlab::load_data(spec));
   } catch (const kvlab::error&) {
   }
   return 0;
