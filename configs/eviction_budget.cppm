@@ -1,4 +1,4 @@
-// eviction-budget: every eviction policy of the registry that says how to keep a ratio of
+// eviction-budget (`kvlab run eviction-budget`): every eviction policy of the registry that says how to keep a ratio of
 // the tokens (strategy_info::at_budget) at 10 %, 25 % and 50 % of the tokens seen, keys and
 // values in fp16, on synthetic:llm data (sinks, locality and outlier channels give the
 // policies something to find); the full cache as reference; and MiKV-style demotion
@@ -7,31 +7,38 @@
 module;
 #include <string>
 #include <vector>
-export module kvlab.configs:eviction_budget;
+export module kvlab.experiments.eviction_budget;
 import kvlab.core;
 import kvlab.compose;
+import kvlab.configs;
 import kvlab.registry_builtin;
 
-export namespace kvlab::configs {
+export namespace kvlab::experiments::eviction_budget {
 
-inline std::vector<any_recipe> eviction_budget_recipes(const registry& components) {
+inline std::vector<any_recipe> recipes(const registry& components) {
   using namespace parts;
   const stream fp16{f16{}, token{}};
   const any_recipe full = recipe{.keys = fp16, .values = fp16};
-  std::vector<any_recipe> recipes{full};
+  std::vector<any_recipe> all{full};
   for (const double ratio : {0.1, 0.25, 0.5}) {
     for (const strategy_info& policy : components.list())
       if (policy.kind == component_kind::eviction && policy.at_budget) {
         any_recipe r = full;
         r.eviction = policy.at_budget(ratio);
-        recipes.push_back(r);
+        all.push_back(r);
       }
-    recipes.push_back(recipe{
+    all.push_back(recipe{
         .keys = fp16, .values = fp16, .eviction = h2o{ratio / 2, ratio / 2}, .demote = stream{rht{lloyd{2}}, token{}}});
   }
-  return recipes;
+  return all;
 }
 
-inline const std::string eviction_budget_data = "synthetic:llm(L=2,H=2,Q=8,T=1024,D=128,seed={seed})";
+inline configs::experiment make() {
+  return {.name = "eviction-budget",
+          .description = "every eviction policy at 10/25/50 % of the tokens, and h2o with 2-bit demotion, on "
+                         "synthetic:llm",
+          .cells = configs::sweep{.recipes = recipes(builtin_registry()),
+                                  .data = {"synthetic:llm(L=2,H=2,Q=8,T=1024,D=128,seed={seed})"}}};
+}
 
-} // namespace kvlab::configs
+} // namespace kvlab::experiments::eviction_budget

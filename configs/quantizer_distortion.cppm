@@ -1,28 +1,33 @@
-// quantizer-distortion: the mean squared error of every quantizer at every bit width, on
-// unit-norm vectors (D = 128, the error of a whole vector, as TurboQuant reports it) and on
-// N(0,1) data (per element), next to the Shannon lower bound 4^-b of a b-bit code for a
-// unit-variance Gaussian source. Groups are whole tokens (128 values, fp16 parameters).
-// Paper: TurboQuant, arXiv 2504.19874, sec. 3 and table 1 (unit vectors vs the 4^-b bound);
-// Shannon bound: Cover & Thomas, Elements of Information Theory, sec. 10.3.
+// quantizer-distortion (`kvlab run quantizer-distortion`): the mean squared error of every quantizer at every bit
+// width, on unit-norm vectors (D = 128, the error of a whole vector, as TurboQuant reports it) and on N(0,1) data (per
+// element), next to the Shannon lower bound 4^-b of a b-bit code for a unit-variance Gaussian source. Groups are whole
+// tokens (128 values, fp16 parameters). Paper: TurboQuant, arXiv 2504.19874, sec. 3 and table 1 (unit vectors vs the
+// 4^-b bound); Shannon bound: Cover & Thomas, Elements of Information Theory, sec. 10.3.
 module;
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
-export module kvlab.configs:quantizer_distortion;
+export module kvlab.experiments.quantizer_distortion;
 import kvlab.core;
 import kvlab.codec;
 import kvlab.report;
-import :recipe_table;
+import kvlab.compose;
+import kvlab.configs;
+import kvlab.registry_builtin;
 
-export namespace kvlab::configs {
+export namespace kvlab::experiments::quantizer_distortion {
 
 // Rotated variants worth a row next to their plain codebooks.
-inline const std::vector<std::string> distortion_extra_quantizers = {
-    "rht(lloyd1)", "rht(lloyd2)", "rht(lloyd3)", "rht(lloyd4)", "rht(uint2)", "rht(uint4)", "rht(int4)", "rht(nf4)"};
+inline std::vector<any_quantizer> rotated_variants() {
+  using namespace parts;
+  return {any_quantizer(rht{lloyd{1}}), any_quantizer(rht{lloyd{2}}),  any_quantizer(rht{lloyd{3}}),
+          any_quantizer(rht{lloyd{4}}), any_quantizer(rht{uint_q{2}}), any_quantizer(rht{uint_q{4}}),
+          any_quantizer(rht{int_q{4}}), any_quantizer(rht{nf4{}})};
+}
 
-inline experiment_output quantizer_distortion(const registry& components) {
+inline configs::experiment_output run(const registry& components) {
   const std::size_t vectors = 4096, head_dim = 128;
   random_stream random(2504, 19874);
   std::vector<float> gaussian(vectors * head_dim), unit(vectors * head_dim);
@@ -35,16 +40,19 @@ inline experiment_output quantizer_distortion(const registry& components) {
     }
     for (std::size_t c = 0; c < head_dim; ++c) unit[v * head_dim + c] /= static_cast<float>(std::sqrt(norm));
   }
-  auto names = components.instances(component_kind::quantizer);
-  for (const auto& extra : distortion_extra_quantizers)
-    if (std::ranges::find(names, extra) == names.end()) names.push_back(extra);
-  const auto shape = components.make_granularity("token").group_shape(head_dim);
+  std::vector<any_quantizer> quantizers;
+  for (const auto& name : components.instances(component_kind::quantizer))
+    quantizers.push_back(components.make_quantizer(name));
+  for (const auto& extra : rotated_variants())
+    if (std::ranges::none_of(quantizers, [&](const any_quantizer& q) { return q.name() == extra.name(); }))
+      quantizers.push_back(extra);
+  const auto shape = parts::token{}.group_shape(head_dim);
 
   text_table table{
       {"quantizer", "code bits", "bits/element", "unit-vector error", "N(0,1) MSE", "Shannon 4^-b", "MSE / bound"}, {}};
   std::string json = "[";
-  for (const auto& name : names) {
-    const auto q = components.make_quantizer(name);
+  for (const auto& q : quantizers) {
+    const std::string name = q.name();
     const auto on_unit = quantize_dequantize(q, shape, param_precision::f16, unit, vectors, head_dim);
     const auto on_gaussian = quantize_dequantize(q, shape, param_precision::f16, gaussian, vectors, head_dim);
     const double unit_error = on_unit.stats.mse * static_cast<double>(head_dim);
@@ -64,4 +72,11 @@ inline experiment_output quantizer_distortion(const registry& components) {
   return {table, json + "\n]\n"};
 }
 
-} // namespace kvlab::configs
+inline configs::experiment make() {
+  return {.name = "quantizer-distortion",
+          .description = "MSE of every quantizer and bit width (token groups, D = 128) on unit vectors and N(0,1) "
+                         "data, next to the Shannon bound 4^-b",
+          .run = [](const registry& components) { return run(components); }};
+}
+
+} // namespace kvlab::experiments::quantizer_distortion

@@ -193,7 +193,7 @@ kvlab::text_table write_sweep_outputs(const std::filesystem::path& dir) {
 int run_command(int argc, char** argv) {
   const options opts(argc, argv, {"--format", "--out", "--threads", "--shard"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab run takes one experiment name");
-  const auto& all = kvlab::configs::experiments();
+  const auto& all = kvlab::builtin_experiments();
   const auto found = std::ranges::find(all, opts.positional[0], &kvlab::configs::experiment::name);
   if (found == all.end()) {
     std::string names;
@@ -362,7 +362,7 @@ int list_command(int argc, char** argv) {
     recipes.rows.push_back({b.label, kvlab::canonical_name(b.value), b.reference});
   std::cout << "\nRecipes\n\n" << recipes.markdown();
   kvlab::text_table experiments{{"experiment", "what it is"}, {}};
-  for (const auto& e : kvlab::configs::experiments()) experiments.rows.push_back({e.name, e.description});
+  for (const auto& e : kvlab::builtin_experiments()) experiments.rows.push_back({e.name, e.description});
   std::cout << "\nExperiments\n\n" << experiments.markdown();
   return 0;
 }

@@ -21,3 +21,4 @@ export import kvlab.registry_builtin;
 export import kvlab.data_sources_builtin;
 export import kvlab.compose;
 export import kvlab.configs;
+export import kvlab.experiments_builtin;

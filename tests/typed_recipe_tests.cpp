@@ -110,7 +110,7 @@ BOOST_AUTO_TEST_CASE(every_slot_composes_and_round_trips_its_canonical_name) {
 BOOST_AUTO_TEST_CASE(every_baseline_and_config_recipe_round_trips) {
   std::vector<kvlab::any_recipe> all;
   for (const auto& b : kvlab::configs::baselines()) all.push_back(b.value);
-  for (const auto& e : kvlab::configs::experiments())
+  for (const auto& e : kvlab::builtin_experiments())
     if (e.cells) all.insert(all.end(), e.cells->recipes.begin(), e.cells->recipes.end());
   BOOST_TEST(all.size() > 40u);
   for (const auto& r : all) {
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(the_eviction_budget_sweep_covers_every_policy_the_registry_
   for (const auto& info : components().list())
     if (info.kind == kvlab::component_kind::eviction && info.at_budget) ++policies;
   BOOST_TEST(policies >= 7u);
-  const auto recipes = kvlab::configs::eviction_budget_recipes(components());
+  const auto recipes = kvlab::experiments::eviction_budget::recipes(components());
   BOOST_TEST(recipes.size() == 1 + 3 * (policies + 1));
   for (const auto& info : components().list())
     if (info.kind == kvlab::component_kind::eviction && info.at_budget) {
