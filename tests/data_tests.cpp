@@ -41,6 +41,18 @@ BOOST_AUTO_TEST_CASE(gaussian_is_reproducible_per_seed) {
   BOOST_TEST(!std::ranges::equal(a.keys.values(), a.values.values())); // tensors differ too
 }
 
+#ifdef KVLAB_TEST_STRATEGIES
+BOOST_AUTO_TEST_CASE(a_data_source_added_as_one_file_reaches_load_data) {
+  // tests/strategies/test_ramp.cppm is found by the build alone.
+  BOOST_TEST(kvlab::check_data_spec("test_ramp(16)") == 4u * 16 * 8);
+  const auto data = kvlab::load_data("test_ramp(16)");
+  BOOST_TEST(data.tokens() == 16u);
+  BOOST_TEST(data.q_heads() == 2u);
+  BOOST_TEST(data.keys.row(0, 0, 10)[0] == static_cast<float>(std::sin(1.0)));
+  BOOST_TEST(load_error("test_ramp(1)").find("'1' is outside 2..4096") != std::string::npos);
+}
+#endif
+
 BOOST_AUTO_TEST_CASE(bad_specs_name_the_problem) {
   // The allowed sources come from data_sources/, so a new source file needs no edit here.
   std::string allowed;
