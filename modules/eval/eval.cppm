@@ -9,10 +9,8 @@
 // (floored, see kl_divergence) and topk_recall.
 module;
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstddef>
-#include <iterator>
 #include <limits>
 #include <span>
 #include <string>
