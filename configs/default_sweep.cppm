@@ -11,12 +11,10 @@ import kvlab.configs;
 export namespace kvlab::experiments::default_sweep {
 
 inline configs::experiment make() {
-  std::vector<any_recipe> recipes;
-  for (const auto& b : configs::baselines()) recipes.push_back(b.value);
   return {.name = "default",
           .description = "every baseline recipe on embedded Gaussian data",
-          .cells =
-              configs::sweep{.recipes = recipes, .data = {"synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed={seed})"}}};
+          .cells = configs::sweep{.recipes = configs::baselines(),
+                                  .data = {"synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed={seed})"}}};
 }
 
 } // namespace kvlab::experiments::default_sweep

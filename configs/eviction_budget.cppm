@@ -15,20 +15,24 @@ import kvlab.registry_builtin;
 
 export namespace kvlab::experiments::eviction_budget {
 
-inline std::vector<any_recipe> recipes(const registry& components) {
+// Labelled by method (the policy's name), so a figure draws each policy as one line across
+// its budgets.
+inline std::vector<configs::named_recipe> recipes(const registry& components) {
   using namespace parts;
   const stream fp16{f16{}, token{}};
   const any_recipe full = recipe{.keys = fp16, .values = fp16};
-  std::vector<any_recipe> all{full};
+  std::vector<configs::named_recipe> all{{"full cache", full}};
   for (const double ratio : {0.1, 0.25, 0.5}) {
     for (const strategy_info& policy : components.list())
       if (policy.kind == component_kind::eviction && policy.at_budget) {
         any_recipe r = full;
         r.eviction = policy.at_budget(ratio);
-        all.push_back(r);
+        all.emplace_back(policy.name, r);
       }
-    all.push_back(recipe{
-        .keys = fp16, .values = fp16, .eviction = h2o{ratio / 2, ratio / 2}, .demote = stream{rht{lloyd{2}}, token{}}});
+    all.emplace_back("h2o + 2-bit demotion", recipe{.keys = fp16,
+                                                    .values = fp16,
+                                                    .eviction = h2o{ratio / 2, ratio / 2},
+                                                    .demote = stream{rht{lloyd{2}}, token{}}});
   }
   return all;
 }

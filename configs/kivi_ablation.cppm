@@ -15,14 +15,18 @@ import kvlab.registry_builtin;
 
 export namespace kvlab::experiments::kivi_ablation {
 
-inline std::vector<any_recipe> recipes() {
+// Labelled by key layout and residual, so a figure draws each as one line across bit widths.
+inline std::vector<configs::named_recipe> recipes() {
   using namespace parts;
-  std::vector<any_recipe> all;
+  std::vector<configs::named_recipe> all;
   for (const unsigned bits : {2u, 4u})
     for (const std::size_t residual : {std::size_t{0}, std::size_t{128}}) {
       const stream values{uint_q{bits}, group{32}};
-      all.push_back(recipe{.keys = stream{uint_q{bits}, channel{32}}, .values = values, .residual = residual});
-      all.push_back(recipe{.keys = stream{uint_q{bits}, group{32}}, .values = values, .residual = residual});
+      const std::string with_residual = residual ? ", residual 128" : "";
+      all.emplace_back("keys per channel" + with_residual,
+                       recipe{.keys = stream{uint_q{bits}, channel{32}}, .values = values, .residual = residual});
+      all.emplace_back("keys per token" + with_residual,
+                       recipe{.keys = stream{uint_q{bits}, group{32}}, .values = values, .residual = residual});
     }
   return all;
 }

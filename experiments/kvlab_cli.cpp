@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <ranges>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,13 +23,21 @@ namespace {
 constexpr std::string_view usage = R"(usage:
   kvlab eval --recipe RECIPE --data SPEC [--decode-steps N] [--json]
       Compress SPEC's keys and values with RECIPE and report attention fidelity and bytes.
-  kvlab run NAME [--out DIR] [--threads N|all] [--shard i/N] [--format md|tex|csv|json]
+  kvlab run NAME [--out DIR] [--threads N|all] [--shard i/N] [--reuse|--force] [--format md|tex|csv|json]
       Run the experiment NAME from configs/ ('kvlab list' shows names) and print its table.
-      Sweeps store one folder per cell in DIR (default results/NAME) plus table.md,
-      table.tex and fidelity_vs_bytes.svg, skip finished cells when run again, and with
-      --shard i/N run every N-th cell (for array jobs).
-  kvlab table DIR [--format md|tex|csv]
-      The table of every cell stored in DIR, best value per column in bold.
+      Sweeps store one folder per cell in DIR (default results/NAME) plus recipes.txt,
+      table.md, table.tex, cells.csv, cells.jsonl and fidelity_vs_bytes.svg, skip finished
+      cells when run again (computing again those made by other code, unless --reuse;
+      --force computes every cell), and with --shard i/N run every N-th cell (array jobs).
+  kvlab sweep (--recipe R ... | --recipes FILE) (--data SPEC ... | --data-file FILE) [--seeds 1..5]
+              [--decode-steps N] [--out DIR] [--threads N|all] [--shard i/N] [--reuse|--force] [--format ...]
+      The same for recipes and data given as text, no rebuild: FILE holds one recipe per line,
+      optionally labelled ('KIVI-2 = k=uint2@channel(32),...'), '#' comments; a bad line is
+      reported with its number and nothing runs. Data specs with {seed} run once per seed.
+      Default DIR: results/sweep.
+  kvlab table DIR [--by label|recipe] [--metric M[,M...]] [--format md|tex|csv]
+      The tables of the cells stored in DIR, one per data spec: mean ± 95 % t-interval over
+      seeds, best mean per column in bold.
   kvlab merge OUT SHARD_DIR...
       Join the results folders of shards into OUT (and write its tables and plot).
   kvlab plot DIR [--out FILE.svg]
@@ -179,19 +188,87 @@ int plot_command(int argc, char** argv) {
   return 0;
 }
 
-// The tables and the plot of a results folder, from what is stored, never from memory,
-// written next to the cells (only when their content changes: a finished re-run changes
-// nothing).
-kvlab::text_table write_sweep_outputs(const std::filesystem::path& dir) {
-  const auto table = kvlab::results_table(kvlab::read_results(dir), kvlab::builtin_registry());
-  kvlab::write_text_if_changed(dir / "table.md", table.markdown());
-  kvlab::write_text_if_changed(dir / "table.tex", table.latex());
+// Rows named by label (default) or recipe, and the metrics chosen with --metric (repeatable,
+// or comma-separated).
+kvlab::table_choice table_choice_of(const options& opts) {
+  kvlab::table_choice choice;
+  const std::string by = opts.value_or("--by", "label");
+  if (by != "label" && by != "recipe") throw kvlab::error("--by must be label or recipe, not '" + by + "'");
+  choice.by_label = by == "label";
+  for (const auto& list : opts.all("--metric"))
+    for (const std::string& name : kvlab::split_top_level(list, "--metric"))
+      if (!name.empty()) choice.metrics.push_back(name);
+  return choice;
+}
+
+std::string render(const std::vector<kvlab::captioned_table>& tables, const std::string& format) {
+  std::string out;
+  for (const auto& t : tables) {
+    if (!out.empty()) out += "\n";
+    if (format == "md")
+      out += t.markdown();
+    else if (format == "tex")
+      out += t.latex();
+    else if (format == "csv")
+      out += t.table.csv();
+    else
+      throw kvlab::error("--format must be md, tex, csv or json, not '" + format + "'");
+  }
+  return out;
+}
+
+// The tables, the tidy files and the plot of a results folder, from what is stored, never
+// from memory, written next to the cells (only when their content changes: a finished re-run
+// changes nothing). Returns the tables.
+std::vector<kvlab::captioned_table> write_sweep_outputs(const std::filesystem::path& dir) {
+  const auto cells = kvlab::read_labelled_cells(dir);
+  const auto tables = kvlab::seed_tables(cells, {}, kvlab::builtin_registry());
+  kvlab::write_text_if_changed(dir / "table.md", render(tables, "md"));
+  kvlab::write_text_if_changed(dir / "table.tex", render(tables, "tex"));
+  kvlab::write_text_if_changed(dir / "cells.csv", kvlab::tidy_csv(cells));
+  kvlab::write_text_if_changed(dir / "cells.jsonl", kvlab::tidy_jsonl(cells));
   kvlab::write_text_if_changed(dir / "fidelity_vs_bytes.svg", fidelity_plot(dir));
-  return table;
+  return tables;
+}
+
+// Runs `sweep` into --out (default `default_out`) with --threads and --shard, prints the
+// summary and the table in --format.
+int run_and_report(const kvlab::configs::sweep& sweep, const options& opts, const std::string& default_out) {
+  const std::string format = opts.value_or("--format", "md");
+  if (format != "json") render(kvlab::text_table{}, format); // reject a bad format before the run, not after
+  if (opts.has("--reuse") && opts.has("--force")) throw kvlab::error("give --reuse or --force, not both");
+  kvlab::run_options run{.out = opts.value_or("--out", default_out),
+                         .threads = threads(opts, "all"),
+                         .reuse = opts.has("--reuse"),
+                         .force = opts.has("--force")};
+  if (opts.has("--shard")) {
+    const std::string shard = opts.required("--shard");
+    const auto slash = shard.find('/');
+    if (slash == std::string::npos) throw kvlab::error("--shard " + shard + ": expected i/N, for example 1/4");
+    run.shard_index = kvlab::parse_number<unsigned>(shard.substr(0, slash), "--shard index");
+    run.shard_count = kvlab::parse_number<unsigned>(shard.substr(slash + 1), "--shard count");
+  }
+  const auto summary = kvlab::run_sweep(sweep, run);
+  std::clog << summary.cells << " cells in this shard: " << summary.computed << " computed, " << summary.skipped
+            << " already done";
+  if (summary.superseded)
+    std::clog << " (" << summary.superseded << " computed again, made by other code or --force; the old cells are in "
+              << (run.out / ".superseded").string() << ")";
+  std::clog << "; results in " << run.out.string() << "\n";
+  const auto tables = write_sweep_outputs(run.out);
+  if (format == "json") {
+    const auto texts = kvlab::stored_metrics(run.out);
+    std::cout << "[";
+    for (std::size_t i = 0; i < texts.size(); ++i) std::cout << (i ? ",\n" : "\n") << texts[i];
+    std::cout << "]\n";
+    return 0;
+  }
+  std::cout << render(tables, format);
+  return 0;
 }
 
 int run_command(int argc, char** argv) {
-  const options opts(argc, argv, {"--format", "--out", "--threads", "--shard"}, {});
+  const options opts(argc, argv, {"--format", "--out", "--threads", "--shard"}, {"--reuse", "--force"});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab run takes one experiment name");
   const auto& all = kvlab::builtin_experiments();
   const auto found = std::ranges::find(all, opts.positional[0], &kvlab::configs::experiment::name);
@@ -200,44 +277,55 @@ int run_command(int argc, char** argv) {
     for (const auto& e : all) names += (names.empty() ? "" : ", ") + e.name;
     throw kvlab::error("unknown experiment '" + opts.positional[0] + "'; allowed: " + names);
   }
-  const std::string format = opts.value_or("--format", "md");
-  if (format != "json") render({}, format); // reject a bad format before the run, not after
   std::clog << "experiment " << found->name << ": " << found->description << "\n";
-  const auto& components = kvlab::builtin_registry();
   if (!found->cells) {
-    const auto output = found->run(components);
+    const std::string format = opts.value_or("--format", "md");
+    if (format != "json") render(kvlab::text_table{}, format);
+    const auto output = found->run(kvlab::builtin_registry());
     std::cout << (format == "json" ? output.json : render(output.table, format));
     return 0;
   }
-  kvlab::run_options run{.out = opts.value_or("--out", "results/" + found->name), .threads = threads(opts, "all")};
-  if (opts.has("--shard")) {
-    const std::string shard = opts.required("--shard");
-    const auto slash = shard.find('/');
-    if (slash == std::string::npos) throw kvlab::error("--shard " + shard + ": expected i/N, for example 1/4");
-    run.shard_index = kvlab::parse_number<unsigned>(shard.substr(0, slash), "--shard index");
-    run.shard_count = kvlab::parse_number<unsigned>(shard.substr(slash + 1), "--shard count");
-  }
-  const auto summary = kvlab::run_sweep(*found->cells, run);
-  std::clog << summary.cells << " cells in this shard: " << summary.computed << " computed, " << summary.skipped
-            << " already done; results in " << run.out.string() << "\n";
-  const auto stored_table = write_sweep_outputs(run.out);
-  if (format == "json") {
-    const auto texts = kvlab::stored_metrics(run.out);
-    std::cout << "[";
-    for (std::size_t i = 0; i < texts.size(); ++i) std::cout << (i ? ",\n" : "\n") << texts[i];
-    std::cout << "]\n";
-    return 0;
-  }
-  std::cout << render(stored_table, format);
-  return 0;
+  return run_and_report(*found->cells, opts, "results/" + found->name);
+}
+
+// Text given either as values of --flag (one line each) or as the content of --file-flag.
+std::pair<std::string, std::string> lines_from(const options& opts, const std::string& flag,
+                                               const std::string& file_flag) {
+  if (opts.has(flag) == opts.has(file_flag)) throw kvlab::error("give " + flag + " (repeatable) or " + file_flag);
+  if (opts.has(file_flag)) return {kvlab::read_whole_file(opts.required(file_flag)), opts.required(file_flag)};
+  std::string text;
+  for (const auto& value : opts.all(flag)) text += value + "\n";
+  return {text, flag};
+}
+
+int sweep_command(int argc, char** argv) {
+  const options opts(argc, argv,
+                     {"--recipe", "--recipes", "--data", "--data-file", "--seeds", "--decode-steps", "--out",
+                      "--threads", "--shard", "--format"},
+                     {"--reuse", "--force"}, {"--recipe", "--data"});
+  opts.no_positional();
+  kvlab::configs::sweep sweep;
+  const auto [recipes, recipes_source] = lines_from(opts, "--recipe", "--recipes");
+  sweep.recipes = kvlab::parse_recipe_list(recipes, recipes_source, kvlab::builtin_registry());
+  const auto [specs, specs_source] = lines_from(opts, "--data", "--data-file");
+  sweep.data = kvlab::parse_data_list(specs, specs_source);
+  sweep.seeds = kvlab::parse_seeds(opts.value_or("--seeds", "1"));
+  sweep.decode_steps = opts.number_or("--decode-steps", sweep.decode_steps);
+  if (sweep.seeds.size() > 1)
+    for (const auto& spec : sweep.data)
+      if (spec.find("{seed}") == std::string::npos)
+        throw kvlab::error("data spec '" + spec + "' has no {seed}, so every seed would run on the same data; write " +
+                           "seed={seed} in a synthetic spec, or give one seed");
+  return run_and_report(sweep, opts, "results/sweep");
 }
 
 int table_command(int argc, char** argv) {
-  const options opts(argc, argv, {"--format"}, {});
+  const options opts(argc, argv, {"--format", "--by", "--metric"}, {}, {"--metric"});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab table takes one results folder");
   const std::string format = opts.value_or("--format", "md");
   if (format == "json") throw kvlab::error("kvlab table renders md, tex or csv; the cells' metrics.json are the JSON");
-  std::cout << render(kvlab::results_table(kvlab::read_results(opts.positional[0]), kvlab::builtin_registry()), format);
+  const auto cells = kvlab::read_labelled_cells(opts.positional[0]);
+  std::cout << render(kvlab::seed_tables(cells, table_choice_of(opts), kvlab::builtin_registry()), format);
   return 0;
 }
 
@@ -246,6 +334,8 @@ int merge_command(int argc, char** argv) {
   if (opts.positional.size() < 2) throw kvlab::error("kvlab merge takes OUT and at least one shard folder");
   const std::vector<std::filesystem::path> shards(opts.positional.begin() + 1, opts.positional.end());
   const auto copied = kvlab::merge_results(opts.positional[0], shards);
+  for (const auto& shard : shards | std::views::reverse) // the first shard's order first
+    kvlab::add_to_recipe_manifest(opts.positional[0], kvlab::read_recipe_manifest(shard));
   write_sweep_outputs(opts.positional[0]);
   std::cout << "merged " << copied << " cells into " << opts.positional[0] << "\n";
   return 0;
@@ -484,6 +574,7 @@ int main(int argc, char** argv) {
     if (command == "ppl") return ppl_command(argc, argv);
     if (command == "capture") return capture_command(argc, argv);
     if (command == "run") return run_command(argc, argv);
+    if (command == "sweep") return sweep_command(argc, argv);
     if (command == "list") return list_command(argc, argv);
     if (command == "codec") return codec_command(argc, argv);
     if (command == "export") return export_command(argc, argv);

@@ -61,6 +61,12 @@ inline std::string file_text(const std::filesystem::path& file) {
   return text.str();
 }
 
+// Writes `file` atomically unless it already holds exactly `text`.
+inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text) {
+  if (std::filesystem::exists(file) && file_text(file) == text) return;
+  write_text_atomically(file, text);
+}
+
 namespace detail {
 
 // Throws kvlab::error when a file-system step failed, saying "no space left on device" for a
@@ -175,10 +181,11 @@ private:
   std::filesystem::path path_;
 };
 
-// The metrics of a complete cell.
+// The metrics and provenance of a complete cell.
 struct stored_cell {
   std::string metrics_text; // without trailing newlines
   json_value metrics;
+  json_value provenance;
 };
 
 // Reads the cell in `folder`. Throws kvlab::error saying why it is not complete: a JSON file
@@ -187,7 +194,8 @@ struct stored_cell {
 inline stored_cell read_cell(const std::filesystem::path& folder) {
   stored_cell cell{.metrics_text = detail::stored_text(folder, "metrics.json")};
   cell.metrics = parse_json(cell.metrics_text, "metrics.json");
-  const json_value provenance = parse_json(detail::stored_text(folder, "provenance.json"), "provenance.json");
+  cell.provenance = parse_json(detail::stored_text(folder, "provenance.json"), "provenance.json");
+  const json_value& provenance = cell.provenance;
   const auto* recipe = cell.metrics.find("recipe");
   const auto* provenance_recipe = provenance.find("recipe");
   if (!recipe || !recipe->is_string()) throw error("metrics.json names no recipe");

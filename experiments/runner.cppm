@@ -28,18 +28,23 @@ module;
 
 #include <range/v3/view/cartesian_product.hpp>
 
-#include "git_revision.hpp"
+#include "build_provenance.hpp"
 export module kvlab.runner;
 export import :results_folder;
+export import :recipe_list;
+export import :seed_table;
+export import :fingerprint;
 import kvlab;
 
 export namespace kvlab {
 
 struct sweep_cell {
   any_recipe value;
-  std::string data; // with the seed substituted
+  std::string data_spec; // as the sweep gives it
+  std::string data;      // with the seed substituted
   std::uint64_t seed = 0;
-  std::string folder; // the cell's folder name
+  std::string folder;           // the cell's folder name
+  code_fingerprint fingerprint; // of the code it runs
 };
 
 // Every (data, seed, recipe) of the sweep, in that order.
@@ -48,7 +53,8 @@ inline std::vector<sweep_cell> expand_cells(const configs::sweep& s) {
   for (const auto& [spec, seed, r] : ranges::views::cartesian_product(s.data, s.seeds, s.recipes)) {
     std::string data = spec;
     if (const auto at = data.find("{seed}"); at != std::string::npos) data.replace(at, 6, std::to_string(seed));
-    cells.push_back({r, data, seed, cell_folder_name(canonical_name(r), data, seed)});
+    cells.push_back({r.value, spec, data, seed, cell_folder_name(canonical_name(r.value), data, seed),
+                     fingerprint_of(sources_used(r.value, spec, builtin_registry()), this_build())});
   }
   return cells;
 }
@@ -75,6 +81,8 @@ inline std::string cpu_model() {
 }
 
 inline std::string provenance_json(const sweep_cell& cell, const std::string& digest, const eval_result& result) {
+  json_object sources;
+  for (const auto& [file, sha] : cell.fingerprint.sources) sources.add(file, sha);
   return json_object()
       .add("cell", cell.folder)
       .add("git_revision", KVLAB_GIT_REVISION)
@@ -84,15 +92,12 @@ inline std::string provenance_json(const sweep_cell& cell, const std::string& di
       .add("isa", result.isa)
       .add("seed", std::size_t{cell.seed})
       .add("data", cell.data)
+      .add("data_spec", cell.data_spec)
       .add("data_digest", digest)
       .add("recipe", canonical_name(cell.value))
+      .add("code_digest", cell.fingerprint.digest)
+      .raw("sources", sources.str(4, 2))
       .str();
-}
-
-// Writes `file` atomically unless it already holds exactly `text`.
-inline void write_text_if_changed(const std::filesystem::path& file, const std::string& text) {
-  if (std::filesystem::exists(file) && file_text(file) == text) return;
-  write_text_atomically(file, text);
 }
 
 // The datasets of a run, loaded once and shared by the cells that use them, with the exact
@@ -165,13 +170,28 @@ struct run_options {
   unsigned shard_index = 1; // 1-based
   unsigned shard_count = 1;
   bool progress = true;
+  bool reuse = false; // keep complete cells made by other code
+  bool force = false; // compute every cell again
 };
 
 struct run_summary {
-  std::size_t cells = 0;   // in this shard
-  std::size_t skipped = 0; // already complete
+  std::size_t cells = 0;      // in this shard
+  std::size_t skipped = 0;    // already complete
+  std::size_t superseded = 0; // complete, but made by other code: computed again
   std::size_t computed = 0;
 };
+
+// Moves a complete cell that is about to be computed again to DIR/.superseded/, so no result
+// is lost: `CELL~DIGEST` (the old code's digest, or a number when that is taken).
+inline void supersede_cell(const std::filesystem::path& dir, const std::filesystem::path& folder,
+                           const std::string& old_digest) {
+  const auto keep = dir / ".superseded";
+  std::filesystem::create_directories(keep);
+  auto target = keep / (folder.filename().string() + "~" + old_digest.substr(0, 12));
+  for (int n = 2; std::filesystem::exists(target); ++n)
+    target = keep / (folder.filename().string() + "~" + old_digest.substr(0, 12) + "." + std::to_string(n));
+  std::filesystem::rename(folder, target);
+}
 
 // Runs the cells of this shard that have no complete folder yet.
 inline run_summary run_sweep(const configs::sweep& s, const run_options& options) {
@@ -179,6 +199,7 @@ inline run_summary run_sweep(const configs::sweep& s, const run_options& options
     throw error("--shard " + std::to_string(options.shard_index) + "/" + std::to_string(options.shard_count) +
                 ": expected i/N with 1 <= i <= N");
   prepare_results_folder(options.out);
+  add_to_recipe_manifest(options.out, manifest_entries(s.recipes));
   std::vector<sweep_cell> todo;
   run_summary summary;
   const auto cells = expand_cells(s);
@@ -187,14 +208,31 @@ inline run_summary run_sweep(const configs::sweep& s, const run_options& options
     ++summary.cells;
     const auto folder = options.out / cells[i].folder;
     if (std::filesystem::exists(folder)) {
-      const auto reason = incomplete_cell_reason(folder);
-      if (!reason) {
-        ++summary.skipped;
-        continue;
+      if (const auto reason = incomplete_cell_reason(folder)) {
+        std::clog << "cell '" << cells[i].folder << "' in " << options.out.string() << " is incomplete (" << *reason
+                  << "); computing it again\n";
+        std::filesystem::remove_all(folder);
+      } else {
+        const json_value provenance = read_cell(folder).provenance;
+        const auto* stored = provenance.find("code_digest");
+        const std::string old_digest = stored && stored->is_string() ? stored->string() : "unknown";
+        const bool other_code = old_digest != cells[i].fingerprint.digest;
+        if (!options.force && (!other_code || options.reuse)) {
+          ++summary.skipped;
+          continue;
+        }
+        std::string why = "--force";
+        if (!options.force) {
+          why.clear();
+          for (const auto& file : changed_sources(provenance, cells[i].fingerprint))
+            why += (why.empty() ? "" : ", ") + file;
+          why = "made by other code (changed: " + why + ")";
+        }
+        std::clog << "cell '" << cells[i].folder << "' " << why << ": computing it again; the old cell is kept in "
+                  << (options.out / ".superseded").string() << "\n";
+        supersede_cell(options.out, folder, old_digest);
+        ++summary.superseded;
       }
-      std::clog << "cell '" << cells[i].folder << "' in " << options.out.string() << " is incomplete (" << *reason
-                << "); computing it again\n";
-      std::filesystem::remove_all(folder);
     }
     todo.push_back(cells[i]);
   }
@@ -250,53 +288,6 @@ inline run_summary run_sweep(const configs::sweep& s, const run_options& options
   if (failure) std::rethrow_exception(failure);
   summary.computed = done;
   return summary;
-}
-
-// The table of the cells stored in a results folder (read_results): the mean of every
-// metric of `components` the cells stored, and bytes per token, the best value of each
-// column in bold (by the metric's direction).
-inline text_table results_table(const std::vector<json_value>& results, const registry& components) {
-  std::vector<std::string> metrics;
-  std::vector<metric_direction> directions;
-  for (const any_metric& m : components.every_metric())
-    if (std::ranges::any_of(results, [&](const json_value& r) { return r.find(m.name()) != nullptr; })) {
-      metrics.push_back(m.name());
-      directions.push_back(m.direction());
-    }
-  metrics.push_back("bytes_per_token");
-  directions.push_back(metric_direction::lower);
-  text_table table{{"recipe", "data"}, {}, {}};
-  table.header.insert(table.header.end(), metrics.begin(), metrics.end());
-  std::vector<std::vector<double>> values(metrics.size());
-  for (const auto& r : results) {
-    const auto text = [&](const char* key) {
-      const auto* v = r.find(key);
-      return v && v->is_string() ? v->string() : std::string("?");
-    };
-    std::vector<std::string> row{text("recipe"), text("data")};
-    for (std::size_t m = 0; m < metrics.size(); ++m) {
-      const auto* v = r.find(metrics[m]);
-      const double x = v && v->is_number() ? v->number() : std::nan("");
-      values[m].push_back(x);
-      row.push_back(format_significant(x, m + 1 == metrics.size() ? 6 : 4));
-    }
-    table.rows.push_back(row);
-  }
-  for (std::size_t m = 0; m < metrics.size() && !results.empty(); ++m) {
-    const auto badness = [&](double x) {
-      switch (directions[m]) {
-      case metric_direction::lower: return x;
-      case metric_direction::higher: return -x;
-      case metric_direction::nearer_zero: return std::fabs(x);
-      }
-      return x;
-    };
-    const auto& column = values[m];
-    const double best = std::ranges::min(column | std::views::transform(badness));
-    for (std::size_t r = 0; r < column.size(); ++r)
-      if (badness(column[r]) == best) table.best.emplace_back(r, m + 2);
-  }
-  return table;
 }
 
 } // namespace kvlab

@@ -116,6 +116,30 @@ BOOST_AUTO_TEST_CASE(metric_helpers_have_their_textbook_values) {
   BOOST_TEST(rmse == 0.5);
 }
 
+// score_kl = m (kept_kl + log m) + sum over dropped keys of p log(p / 1e-30), m the held mass.
+BOOST_AUTO_TEST_CASE(score_kl_splits_into_dropped_mass_and_kept_kl) {
+  const std::vector<double> exact{0.4, 0.3, 0.2, 0.1};
+  const std::vector<double> approx{0.5, 0.0, 0.5, 0.0}; // positions 1 and 3 evicted
+  const std::vector<std::size_t> held{2, 0};
+  const double m = kvlab::held_mass(exact, held);
+  BOOST_TEST(m == 0.6, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(kvlab::dropped_mass(exact, held) == 0.4, boost::test_tools::tolerance(1e-15));
+  const double kept = kvlab::kept_kl_divergence(exact, approx, held);
+  const double p0 = 0.4 / 0.6, p2 = 0.2 / 0.6;
+  BOOST_TEST(kept == p0 * std::log(p0 / 0.5) + p2 * std::log(p2 / 0.5), boost::test_tools::tolerance(1e-12));
+  const double dropped_term = 0.3 * std::log(0.3 / 1e-30) + 0.1 * std::log(0.1 / 1e-30);
+  BOOST_TEST(kvlab::kl_divergence(exact, approx) == m * (kept + std::log(m)) + dropped_term,
+             boost::test_tools::tolerance(1e-12));
+
+  // End to end: no eviction drops nothing and kept_kl is score_kl; a window drops mass.
+  const auto full = run("k=int8@token,v=int8@token", gaussian, 8);
+  BOOST_TEST(full.metric("dropped_mass").max == 0.0);
+  BOOST_TEST(full.metric("kept_kl").mean == full.metric("score_kl").mean, boost::test_tools::tolerance(1e-9));
+  const auto window = run("k=int8@token,v=int8@token,evict=window(256)", gaussian, 8);
+  BOOST_TEST(window.metric("dropped_mass").mean > 0.1);
+  BOOST_TEST(window.metric("kept_kl").mean < window.metric("score_kl").mean / 10);
+}
+
 BOOST_AUTO_TEST_CASE(a_shared_exact_reference_gives_the_same_results_bit_for_bit) {
   const auto& components = kvlab::builtin_registry();
   const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=4,T=96,D=32,seed=5)");

@@ -111,7 +111,8 @@ BOOST_AUTO_TEST_CASE(every_baseline_and_config_recipe_round_trips) {
   std::vector<kvlab::any_recipe> all;
   for (const auto& b : kvlab::configs::baselines()) all.push_back(b.value);
   for (const auto& e : kvlab::builtin_experiments())
-    if (e.cells) all.insert(all.end(), e.cells->recipes.begin(), e.cells->recipes.end());
+    if (e.cells)
+      for (const auto& r : e.cells->recipes) all.push_back(r.value);
   BOOST_TEST(all.size() > 40u);
   for (const auto& r : all) {
     const std::string name = kvlab::canonical_name(r);
@@ -130,7 +131,8 @@ BOOST_AUTO_TEST_CASE(the_eviction_budget_sweep_covers_every_policy_the_registry_
   for (const auto& info : components().list())
     if (info.kind == kvlab::component_kind::eviction && info.at_budget) {
       std::size_t found = 0;
-      for (const auto& r : recipes) found += r.eviction.name().starts_with(info.name + "(") ? 1 : 0;
+      for (const auto& r : recipes)
+        found += r.value.eviction.name().starts_with(info.name + "(") && r.label == info.name;
       BOOST_TEST(found >= 3u, info.name);
     }
 }

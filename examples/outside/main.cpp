@@ -1,6 +1,6 @@
 // A sweep of this project's own quantizer (ternary.cppm) and eviction policy (strided.cppm)
 // next to kvlab's built-in components, composed as typed recipes, run by kvlab's runner into
-// a results folder, and printed as its table.
+// a results folder over two seeds, and printed as its table (mean ± 95 % CI).
 #include <filesystem>
 #include <iostream>
 #include <vector>
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
                                     .seeds = {1, 2},
                                     .decode_steps = 4};
   const auto summary = kvlab::run_sweep(sweep, {.out = out, .progress = false});
-  std::cout << summary.computed << " cells computed, " << summary.skipped << " already done\n\n"
-            << kvlab::results_table(kvlab::read_results(out), kvlab::builtin_registry()).markdown();
+  std::cout << summary.computed << " cells computed, " << summary.skipped << " already done\n\n";
+  for (const auto& table : kvlab::seed_tables(kvlab::read_labelled_cells(out), {}, kvlab::builtin_registry()))
+    std::cout << table.markdown();
 }

@@ -1,6 +1,8 @@
 // Baseline recipes, each with the paper or engine it reproduces.
 module;
+#include <concepts>
 #include <string>
+#include <utility>
 #include <vector>
 export module kvlab.configs:baselines;
 import kvlab.core;
@@ -9,10 +11,21 @@ import kvlab.registry_builtin;
 
 export namespace kvlab::configs {
 
+// A recipe with the short label tables and figures show for it ("KIVI-2"). Recipes that share
+// a label are one method at several budgets or bit widths: one line in a figure.
 struct named_recipe {
   std::string label;
   any_recipe value;
-  std::string reference;
+  std::string reference; // the paper or engine it reproduces, when it is a baseline
+
+  named_recipe(std::string label, any_recipe value, std::string reference = {})
+      : label(std::move(label)), value(std::move(value)), reference(std::move(reference)) {}
+  // Unlabelled: the canonical name is the label.
+  template <class R>
+    requires std::convertible_to<R, any_recipe>
+  named_recipe(R r) : value(std::move(r)) {
+    label = canonical_name(value);
+  }
 };
 
 inline const std::vector<named_recipe>& baselines() {

@@ -12,14 +12,16 @@ module;
 export module kvlab.configs:experiments;
 import kvlab.core;
 import :recipe_table;
+import :baselines;
 
 export namespace kvlab::configs {
 
-// A grid of cells: every recipe on every data spec for every seed. A data spec may contain
+// A grid of cells: every recipe on every data spec for every seed. Labels are what tables and
+// figures show; a cell is identified by its canonical recipe, data and seed. A data spec may contain
 // "{seed}", replaced by each seed (synthetic generators); specs without it run once per seed
 // with the same data. Cells are what `kvlab run` stores, resumes and shards.
 struct sweep {
-  std::vector<any_recipe> recipes;
+  std::vector<named_recipe> recipes;
   std::vector<std::string> data;
   std::vector<std::uint64_t> seeds = {1};
   std::size_t decode_steps = 32;

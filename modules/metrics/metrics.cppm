@@ -38,6 +38,37 @@ inline double cosine_similarity(std::span<const float> approx, std::span<const d
   return dot / std::sqrt(a * e);
 }
 
+// The exact attention weight on the keys the cache holds (`held` lists their positions).
+inline double held_mass(std::span<const double> exact, std::span<const std::size_t> held) {
+  double mass = 0.0;
+  for (const std::size_t position : held) mass += exact[position];
+  return mass;
+}
+
+// The exact attention weight on the keys the cache no longer holds: summed over those keys,
+// so it is exactly 0 when nothing was dropped.
+inline double dropped_mass(std::span<const double> exact, std::span<const std::size_t> held) {
+  std::vector<bool> kept(exact.size());
+  for (const std::size_t position : held) kept[position] = true;
+  double mass = 0.0;
+  for (std::size_t i = 0; i < exact.size(); ++i)
+    if (!kept[i]) mass += exact[i];
+  return mass;
+}
+
+// KL(p' || q) in nats over the held keys, p' the exact weights of the held keys renormalised
+// to sum to 1 (q already sums to 1 over them): how well the cache attends among what it
+// kept, whatever eviction dropped. q is floored at 1e-30 as in kl_divergence.
+inline double kept_kl_divergence(std::span<const double> exact, std::span<const double> approx,
+                                 std::span<const std::size_t> held) {
+  const double kept = held_mass(exact, held);
+  if (kept <= 0.0) return 0.0; // nothing of the exact distribution is left to compare
+  double kl = 0.0;
+  for (const std::size_t position : held)
+    if (const double p = exact[position] / kept; p > 0) kl += p * std::log(p / std::max(approx[position], 1e-30));
+  return kl;
+}
+
 // KL(p || q) in nats; q is floored at 1e-30 so a key the compressed cache gives no weight
 // costs a large finite penalty instead of infinity.
 inline double kl_divergence(std::span<const double> p, std::span<const double> q) {

@@ -7,6 +7,7 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -53,18 +54,59 @@ public:
     fields_.emplace_back(std::string(key), std::move(json));
     return *this;
   }
-  std::string str(int indent = 2) const {
+  // Fields indented by `indent` spaces (0: one line); the closing brace by `outer`, for an
+  // object nested in another.
+  std::string str(int indent = 2, int outer = 0) const {
     const std::string pad(static_cast<std::size_t>(indent), ' ');
     std::string out = "{";
     for (std::size_t i = 0; i < fields_.size(); ++i)
       out += (i ? "," : "") + std::string(indent ? "\n" : "") + pad + json_string(fields_[i].first) + ": " +
              fields_[i].second;
-    return out + (indent && !fields_.empty() ? "\n}" : "}");
+    return out + (indent && !fields_.empty() ? "\n" + std::string(static_cast<std::size_t>(outer), ' ') + "}" : "}");
   }
 
 private:
   std::vector<std::pair<std::string, std::string>> fields_;
 };
+
+// A number as tables write it ("1456", "1.2e-05", "0.0123 ± 0.0004", "(1.23 ± 0.04)e-07") in
+// LaTeX math mode ("$1.2\\times10^{-5}$"), or nothing when `cell` is not one.
+inline std::optional<std::string> latex_number(std::string_view cell, bool bold = false) {
+  const auto number = [](std::string_view& text) -> std::optional<std::string> {
+    double ignored;
+    const auto [end, failure] = std::from_chars(text.data(), text.data() + text.size(), ignored);
+    if (failure != std::errc{} || end == text.data()) return std::nullopt;
+    std::string written(text.data(), end);
+    text.remove_prefix(static_cast<std::size_t>(end - text.data()));
+    if (const auto e = written.find_first_of("eE"); e != std::string::npos) // 1.2e-05 -> 1.2\times10^{-5}
+      written = written.substr(0, e) + "\\times10^{" + std::to_string(std::stoi(written.substr(e + 1))) + "}";
+    return written;
+  };
+  std::string_view text = cell;
+  const bool grouped = text.starts_with("(");
+  if (grouped) text.remove_prefix(1);
+  auto first = number(text);
+  if (!first) return std::nullopt;
+  std::string math = *first;
+  if (text.starts_with(" ± ")) {
+    text.remove_prefix(std::string_view(" ± ").size());
+    const auto second = number(text);
+    if (!second) return std::nullopt;
+    math += " \\pm " + *second;
+  }
+  if (grouped) {
+    if (!text.starts_with(")e")) return std::nullopt;
+    text.remove_prefix(2);
+    int exponent = 0;
+    const auto [end, failure] =
+        std::from_chars(text.data() + (text.starts_with("+") ? 1 : 0), text.data() + text.size(), exponent);
+    if (failure != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+    return "$" + std::string(bold ? "\\boldsymbol{" : "") + "(" + math + ")\\times10^{" + std::to_string(exponent) +
+           "}" + (bold ? "}" : "") + "$";
+  }
+  if (!text.empty()) return std::nullopt;
+  return "$" + (bold ? "\\boldsymbol{" + math + "}" : math) + "$";
+}
 
 // A table of text cells; numeric columns are right-aligned when rendered.
 struct text_table {
@@ -81,7 +123,7 @@ struct text_table {
     return out;
   }
 
-  // booktabs LaTeX: numeric columns right-aligned, text escaped.
+  // booktabs LaTeX: numeric columns right-aligned, numbers in math mode, text escaped.
   std::string latex() const {
     std::string spec, out;
     for (std::size_t c = 0; c < header.size(); ++c) spec += numeric(c) ? "r" : "l";
@@ -125,7 +167,10 @@ private:
     std::string out;
     for (std::size_t c = 0; c < cells.size(); ++c) {
       const bool bold = std::ranges::find(best, std::pair{row, c}) != best.end();
-      out += (c ? " & " : "") + (bold ? "\\textbf{" + latex_escape(cells[c]) + "}" : latex_escape(cells[c]));
+      const auto math = row == SIZE_MAX ? std::nullopt : latex_number(cells[c], bold);
+      out += (c ? " & " : "") + (math   ? *math
+                                 : bold ? "\\textbf{" + latex_escape(cells[c]) + "}"
+                                        : latex_escape(cells[c]));
     }
     return out + " \\\\\n";
   }
@@ -147,27 +192,28 @@ private:
     return out + "\n";
   }
 
+  // Characters as a terminal shows them: UTF-8 continuation bytes take no column.
+  static std::size_t display_width(std::string_view text) {
+    return static_cast<std::size_t>(std::ranges::count_if(text, [](char c) { return (c & 0xC0) != 0x80; }));
+  }
   bool numeric(std::size_t column) const {
     return !rows.empty() && std::ranges::all_of(rows, [&](const auto& row) {
-      double value;
-      const std::string_view cell = std::string_view(row[column]);
-      const auto [ptr, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), value);
-      return ec == std::errc{} && ptr == cell.data() + cell.size();
+      return latex_number(row[column]).has_value() || row[column] == "nan";
     });
   }
   std::vector<std::size_t> column_widths() const {
     std::vector<std::size_t> widths(header.size());
-    for (std::size_t c = 0; c < header.size(); ++c) widths[c] = header[c].size();
+    for (std::size_t c = 0; c < header.size(); ++c) widths[c] = display_width(header[c]);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const auto cells = markdown_cells(r);
-      for (std::size_t c = 0; c < header.size(); ++c) widths[c] = std::max(widths[c], cells[c].size());
+      for (std::size_t c = 0; c < header.size(); ++c) widths[c] = std::max(widths[c], display_width(cells[c]));
     }
     return widths;
   }
   std::string line(const std::vector<std::string>& cells, const std::vector<std::size_t>& widths) const {
     std::string out = "|";
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      const std::string fill(widths[c] - cells[c].size(), ' ');
+      const std::string fill(widths[c] - display_width(cells[c]), ' ');
       out += " " + (numeric(c) ? fill + cells[c] : cells[c] + fill) + " |";
     }
     return out + "\n";
