@@ -40,9 +40,13 @@ constexpr std::string_view usage = R"(usage:
       seeds, best mean per column in bold.
   kvlab merge OUT SHARD_DIR...
       Join the results folders of shards into OUT (and write its tables and plot).
-  kvlab plot DIR [--out FILE.svg]
-      SVG of attention error against bytes per token for every stored cell, with the
-      Pareto front (default FILE: DIR/fidelity_vs_bytes.svg).
+  kvlab plot DIR [--x bytes_per_token] [--y attn_rel_l2] [--group label|recipe] [--data SPEC]
+             [--format svg|pdf|png|pgf] [--out FILE]
+      A figure of the cells in DIR: one line and marker per label across its recipes, mean
+      over seeds with 95 % error bars, log axes with decade ticks where the data spans a
+      decade. The format follows FILE's extension (.svg, .pdf, .png, .tex for PGFPlots);
+      PDF and PNG come from a matplotlib script written next to FILE with the points as CSV
+      (needs python3-matplotlib). Default FILE: DIR/Y_vs_X.svg.
   kvlab codec --quantizer Q --granularity G --in X.npy --out Y.npy [--scale f16|f32] [--json]
       Quantize and dequantize a float .npy of shape [T, D], [H, T, D] or [L, H, T, D] (each
       head its own stream), write the result with the same shape, report MSE, SNR, max error
@@ -163,27 +167,23 @@ std::string render(const kvlab::text_table& table, const std::string& format) {
   throw kvlab::error("--format must be md, tex, csv or json, not '" + format + "'");
 }
 
-// Attention error against bytes per token for every stored cell, with the Pareto front.
-std::string fidelity_plot(const std::filesystem::path& dir) {
-  std::vector<kvlab::plot_point> points;
-  for (const auto& r : kvlab::read_results(dir)) {
-    const auto* bytes = r.find("bytes_per_token");
-    const auto* error = r.find("attn_rel_l2");
-    const auto* recipe = r.find("recipe");
-    if (!bytes || !error || !recipe || !bytes->is_number() || !error->is_number() || !recipe->is_string())
-      throw kvlab::error(dir.string() + ": a cell's metrics.json lacks recipe, bytes_per_token or attn_rel_l2");
-    points.push_back({bytes->number(), error->number(), recipe->string()});
-  }
-  return kvlab::scatter_svg(points, "bytes per token (all layers and KV heads)", "attention output relative L2 error",
-                            "attention error vs cache size");
-}
-
 int plot_command(int argc, char** argv) {
-  const options opts(argc, argv, {"--out"}, {});
+  const options opts(argc, argv, {"--out", "--x", "--y", "--group", "--data", "--format"}, {});
   if (opts.positional.size() != 1) throw kvlab::error("kvlab plot takes one results folder");
   const std::filesystem::path dir = opts.positional[0];
-  const std::filesystem::path file = opts.path_if_given("--out").value_or(dir / "fidelity_vs_bytes.svg");
-  kvlab::write_text_atomically(file, fidelity_plot(dir));
+  kvlab::figure_choice choice;
+  choice.x = opts.value_or("--x", choice.x);
+  choice.y = opts.value_or("--y", choice.y);
+  const std::string group = opts.value_or("--group", "label");
+  if (group != "label" && group != "recipe") throw kvlab::error("--group must be label or recipe, not '" + group + "'");
+  choice.by_label = group == "label";
+  choice.data_spec = opts.value_or("--data", "");
+  const std::string format = opts.value_or("--format", "");
+  const std::string extension = format.empty() || format == "svg" ? "svg" : format == "pgf" ? "tex" : format;
+  const std::filesystem::path file =
+      opts.path_if_given("--out").value_or(dir / (choice.y + "_vs_" + choice.x + "." + extension));
+  kvlab::figure_format(file, format); // a name and a format that disagree are an error before any work
+  kvlab::write_figure(kvlab::figure_of(kvlab::read_labelled_cells(dir), choice, kvlab::builtin_registry()), file);
   std::cout << "wrote " << file.string() << "\n";
   return 0;
 }
@@ -227,7 +227,10 @@ std::vector<kvlab::captioned_table> write_sweep_outputs(const std::filesystem::p
   kvlab::write_text_if_changed(dir / "table.tex", render(tables, "tex"));
   kvlab::write_text_if_changed(dir / "cells.csv", kvlab::tidy_csv(cells));
   kvlab::write_text_if_changed(dir / "cells.jsonl", kvlab::tidy_jsonl(cells));
-  kvlab::write_text_if_changed(dir / "fidelity_vs_bytes.svg", fidelity_plot(dir));
+  // The first data spec's figure; `kvlab plot --data` draws the others.
+  const auto figure =
+      kvlab::figure_of(cells, {.data_spec = cells.empty() ? "" : cells.front().data_spec}, kvlab::builtin_registry());
+  kvlab::write_text_if_changed(dir / "fidelity_vs_bytes.svg", kvlab::figure_svg(figure));
   return tables;
 }
 

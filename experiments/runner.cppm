@@ -34,6 +34,7 @@ export import :results_folder;
 export import :recipe_list;
 export import :seed_table;
 export import :fingerprint;
+export import :figure;
 import kvlab;
 
 export namespace kvlab {

@@ -224,16 +224,6 @@ BOOST_AUTO_TEST_CASE(metrics_have_their_textbook_values) {
   BOOST_TEST(s.min == 1.0);
 }
 
-BOOST_AUTO_TEST_CASE(pareto_front_keeps_exactly_the_undominated_points) {
-  const std::vector<kvlab::plot_point> points{
-      {4, 1, "a"}, {1, 5, "b"}, {2, 3, "c"}, {3, 4, "dominated by c"}, {5, 0.5, "d"}, {2, 6, "dominated by b and c"}};
-  const auto front = kvlab::pareto_front(points);
-  std::vector<std::string> labels;
-  for (const auto& p : front) labels.push_back(p.label);
-  BOOST_TEST(labels == (std::vector<std::string>{"b", "c", "a", "d"}), boost::test_tools::per_element());
-  BOOST_CHECK_THROW(kvlab::scatter_svg({}, "x", "y", "t"), kvlab::error);
-}
-
 // The JSON reader and the tokenizers share these.
 BOOST_AUTO_TEST_CASE(utf8_encodes_each_length_at_its_boundaries_and_hex_digits_read_either_case) {
   const std::pair<std::uint32_t, std::string> cases[] = {{0x0, std::string(1, '\0')},

@@ -141,4 +141,49 @@ BOOST_AUTO_TEST_CASE(editing_a_used_file_changes_the_fingerprint_and_names_the_f
   BOOST_TEST(kvlab::changed_sources(stored, base).empty());
 }
 
+BOOST_AUTO_TEST_CASE(axes_are_log_with_decade_ticks_when_the_data_spans_a_decade) {
+  const auto log = kvlab::choose_axis({0.0031, 0.08, 0.9});
+  BOOST_TEST(log.log);
+  BOOST_TEST(log.ticks == (std::vector<double>{0.001, 0.01, 0.1, 1}), boost::test_tools::per_element());
+  const auto linear = kvlab::choose_axis({400, 576, 1088});
+  BOOST_TEST(!linear.log);
+  BOOST_TEST(linear.ticks == (std::vector<double>{400, 600, 800, 1000, 1200}), boost::test_tools::per_element());
+  const auto negative = kvlab::choose_axis({-0.3, 0.2}); // a bias: linear through 0
+  BOOST_TEST(!negative.log);
+  const std::vector<double> expected{-0.3, -0.2, -0.1, 0, 0.1, 0.2};
+  BOOST_TEST_REQUIRE(negative.ticks.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) BOOST_TEST(std::fabs(negative.ticks[i] - expected[i]) < 1e-12);
+  BOOST_CHECK_THROW(kvlab::choose_axis({}), kvlab::error);
+}
+
+BOOST_AUTO_TEST_CASE(a_figure_draws_one_series_per_method_with_error_bars) {
+  const kvlab::figure f{"bytes per token",
+                        "error",
+                        {{"KIVI", {{200, 0.5, 0.05}, {400, 0.05, 0.01}}}, {"H2O", {{128, 1.2, 0.2}, {256, 0.4, 0}}}}};
+  const std::string svg = kvlab::figure_svg(f);
+  const auto count = [&](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  BOOST_TEST(count(svg, "<g class=\"series\"") == 2u);
+  BOOST_TEST(count(svg, "<polyline") == 2u); // a line per series
+  BOOST_TEST(count(svg, "V") >= 3u);         // three error bars
+  BOOST_TEST(svg.find(">KIVI</text>") != std::string::npos);
+  // y spans 0.05..1.4: decades 0.01, 0.1, 1, 10 as 10^k.
+  for (const char* k : {"-2", "-1", "0", "1"})
+    BOOST_TEST(svg.find(">10<tspan dy=\"-6\" font-size=\"9\">" + std::string(k) + "</tspan>") != std::string::npos, k);
+  const std::string tex = kvlab::figure_pgfplots(f);
+  BOOST_TEST(count(tex, "\\addplot+") == 2u);
+  BOOST_TEST(tex.find("ymode=log") != std::string::npos);
+  BOOST_TEST(tex.find("ytick={0.01,0.1,1,10}") != std::string::npos, tex);
+  BOOST_TEST(kvlab::figure_csv(f) == "series,x,y,y_error\n\"KIVI\",200,0.5,0.05\n\"KIVI\",400,0.05,0.01\n"
+                                     "\"H2O\",128,1.2,0.2\n\"H2O\",256,0.4,0\n");
+  BOOST_TEST(kvlab::figure_format("fig.png", "") == "png");
+  BOOST_TEST(error_of([] { kvlab::figure_format("fig.png", "pdf"); }) ==
+             "--out fig.png is a png file but --format is pdf");
+  BOOST_TEST(error_of([] { kvlab::figure_format("fig.jpg", ""); }).find(".svg, .tex (PGFPlots), .pdf or .png") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -69,6 +69,6 @@ message(STATUS "sweep runner: deterministic, resumable, shardable")
 
 kvlab(plot ${root}/merged --out ${root}/plot.svg)
 file(READ ${root}/plot.svg svg)
-if(NOT svg MATCHES "^<svg.*<polyline points=\"[0-9., ]+\".*k=int8@token,v=int8@token.*</svg>")
-  message(FATAL_ERROR "plot is not an SVG with a Pareto front and labels:\n${svg}")
+if(NOT svg MATCHES "^<svg.*<g class=\"series\".*class=\"legend\"[^>]*>int8-token</text>.*</svg>")
+  message(FATAL_ERROR "plot is not an SVG with a series per baseline, labelled:\n${svg}")
 endif()
