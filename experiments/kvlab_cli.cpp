@@ -65,6 +65,12 @@ constexpr std::string_view usage = R"(usage:
       attention and write every layer's K.npy, V.npy, Q.npy (post-RoPE) and K_pre_rope.npy
       in the layout npy:DIR reads. The data spec model:PATH,text=FILE[,tokens=N] gives the
       same keys, values and queries to eval and sweeps without writing them.
+  kvlab data-report SPEC... [--per-head] [--probes N] [--format md|csv]
+      The statistics that decide how compression behaves on each workload, averaged over
+      layers and KV heads (--per-head: one row each): attention entropy (nats, and over
+      log n), the mass of the top 1/10/25 % of keys, the first token's mass, the mass of the
+      last 64 tokens (from the last N queries, default 32), the key outlier-channel ratio and
+      the value kurtosis (docs/data.md defines each).
   kvlab list
       Every registered strategy, baseline recipe and experiment.
 
@@ -440,6 +446,37 @@ int capture_command(int argc, char** argv) {
   return 0;
 }
 
+int data_report_command(int argc, char** argv) {
+  const options opts(argc, argv, {"--probes", "--format"}, {"--per-head"});
+  if (opts.positional.empty()) throw kvlab::error("kvlab data-report takes one or more data specs");
+  kvlab::data_report_options report;
+  report.probes = opts.number_or("--probes", report.probes);
+  if (report.probes == 0) throw kvlab::error("--probes must be at least 1");
+  const std::string format = opts.value_or("--format", "md");
+  if (format != "md" && format != "csv") throw kvlab::error("--format must be md or csv, not '" + format + "'");
+  const bool per_head = opts.has("--per-head");
+  for (const auto& spec : opts.positional) kvlab::check_data_spec(spec); // every spec before any work
+  kvlab::text_table table{{"data"}, {}, {}};
+  if (per_head) table.header.insert(table.header.end(), {"layer", "head"});
+  table.header.insert(table.header.end(), {"entropy", "H/log n", "top 1 %", "top 10 %", "top 25 %", "sink", "last 64",
+                                           "key outlier ratio", "value kurtosis"});
+  for (const auto& spec : opts.positional) {
+    const auto heads = kvlab::data_report(kvlab::load_data(spec), report);
+    std::vector<kvlab::head_statistics> rows = heads;
+    if (!per_head) rows = {kvlab::mean_over_heads(heads)};
+    for (const auto& s : rows) {
+      std::vector<std::string> row{spec};
+      if (per_head) row.insert(row.end(), {std::to_string(s.layer), std::to_string(s.head)});
+      for (const double x : {s.entropy, s.normalized_entropy, s.top1, s.top10, s.top25, s.sink_mass, s.local_mass,
+                             s.key_outlier_ratio, s.value_kurtosis})
+        row.push_back(kvlab::format_significant(x, 4));
+      table.rows.push_back(std::move(row));
+    }
+  }
+  std::cout << (format == "md" ? table.markdown() : table.csv());
+  return 0;
+}
+
 int list_command(int argc, char** argv) {
   const options opts(argc, argv, {}, {});
   if (!opts.positional.empty()) throw kvlab::error("kvlab list takes no arguments");
@@ -579,6 +616,7 @@ int main(int argc, char** argv) {
     if (command == "run") return run_command(argc, argv);
     if (command == "sweep") return sweep_command(argc, argv);
     if (command == "list") return list_command(argc, argv);
+    if (command == "data-report") return data_report_command(argc, argv);
     if (command == "codec") return codec_command(argc, argv);
     if (command == "export") return export_command(argc, argv);
     if (command == "table") return table_command(argc, argv);

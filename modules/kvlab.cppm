@@ -7,6 +7,7 @@ export import kvlab.attention;
 export import kvlab.metrics;
 export import kvlab.data;
 export import kvlab.data.llm;
+export import kvlab.data.report;
 export import kvlab.npy;
 export import kvlab.data.files;
 export import kvlab.report;

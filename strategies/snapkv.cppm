@@ -1,7 +1,10 @@
-// snapkv(B,W,K): at the end of prefill, the last W prompt queries (the observation window)
-// vote: each earlier token's attention from them is summed and smoothed by average pooling
-// over K neighbours; the W window tokens are kept and the best of the rest fill the budget
-// B (B counts the window).
+// snapkv(B,W,K): the last W queries (the observation window) vote: each earlier token's
+// attention from them is summed and smoothed by average pooling over K neighbours; the W
+// window tokens are kept and the best of the rest fill the budget B (B counts the window).
+// The paper compresses once, at the end of prefill, and lets decode tokens grow the cache past
+// B; here it compresses after every token (`step`), so decode tokens count against the budget
+// as they do for every other policy and methods compare at equal memory. `compress=prefill`
+// gives the paper's single compression.
 // Paper: SnapKV, arXiv 2404.14469, sec. 4.2 (observation window, voting, pooling).
 module;
 #include <algorithm>
@@ -10,7 +13,7 @@ module;
 #include <vector>
 export module kvlab.strategies.snapkv;
 import kvlab.core;
-import kvlab.strategies.prefill;
+import kvlab.strategies.step;
 
 export namespace kvlab::strategies::snapkv {
 
@@ -25,7 +28,7 @@ struct observation_vote {
   eviction_needs needs() const {
     if (window < 1 || kernel % 2 == 0)
       throw error(name() + ": the observation window W must be at least 1 and the pooling kernel K odd");
-    return {.attention = true, .observation_window = window, .schedule = any_schedule(prefill::once_after_prefill{})};
+    return {.attention = true, .observation_window = window, .schedule = any_schedule(step::every_token{})};
   }
   std::size_t budget(std::size_t seen) const { return std::max(keep.tokens(seen), std::min(seen, window)); }
   std::vector<double> scores(const eviction_view& view) const {
@@ -48,7 +51,7 @@ static_assert(Eviction<observation_vote>);
 inline strategy_info info() {
   return {.name = "snapkv",
           .usage = "snapkv(B,W,K)",
-          .summary = "budget B, observation window W, odd pooling kernel K; at prefill",
+          .summary = "budget B, observation window W, odd pooling kernel K; after every token",
           .paper = "arXiv 2404.14469 sec. 4.2",
           .examples = {"snapkv(16,4,3)"},
           .at_budget = [](double ratio) { return any_eviction(observation_vote{ratio, 32, 5}); }};

@@ -331,3 +331,48 @@ BOOST_AUTO_TEST_CASE(bad_knobs_are_rejected_with_their_name) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// kvlab data-report's statistics on workloads whose values are known.
+BOOST_AUTO_TEST_SUITE(data_report)
+
+BOOST_AUTO_TEST_CASE(statistics_have_their_textbook_values) {
+  const std::size_t tokens = 100, dim = 4;
+  kvlab::kv_data d{kvlab::kv_tensor({1, 1, tokens, dim}), kvlab::kv_tensor({1, 1, tokens, dim}),
+                   kvlab::kv_tensor({1, 1, tokens, dim}), "constructed"};
+  // Keys: channel 0 holds 8, the others 1, so every q.k is equal for a query of zeros:
+  // attention is uniform. Values: +-1 alternately (kurtosis 1).
+  for (std::size_t t = 0; t < tokens; ++t) {
+    auto k = d.keys.row(0, 0, t);
+    k[0] = 8, k[1] = k[2] = k[3] = 1;
+    for (std::size_t c = 0; c < dim; ++c) d.values.row(0, 0, t)[c] = (t + c) % 2 ? 1.0f : -1.0f;
+  }
+  const auto report = kvlab::data_report(d, {.probes = 2, .local_window = 64});
+  BOOST_TEST_REQUIRE(report.size() == 1u);
+  const auto& s = report[0];
+  // Probes at t = 98 and 99: n = 99 and 100 keys.
+  BOOST_TEST(s.entropy == (std::log(99.0) + std::log(100.0)) / 2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.normalized_entropy == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.sink_mass == (1 / 99.0 + 1 / 100.0) / 2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.local_mass == (64 / 99.0 + 64 / 100.0) / 2, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.top1 == (1 / 99.0 + 1 / 100.0) / 2, boost::test_tools::tolerance(1e-12));    // one key each
+  BOOST_TEST(s.top10 == (10 / 99.0 + 10 / 100.0) / 2, boost::test_tools::tolerance(1e-12)); // ceil(9.9), 10
+  BOOST_TEST(s.top25 == (25 / 99.0 + 25 / 100.0) / 2, boost::test_tools::tolerance(1e-12)); // ceil(24.75), 25
+  BOOST_TEST(s.key_outlier_ratio == 8.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.value_kurtosis == 1.0, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(the_knobs_move_the_statistics_they_imitate) {
+  const auto mean = [](const std::string& knobs) {
+    return kvlab::mean_over_heads(kvlab::data_report(llm("T=512," + knobs)));
+  };
+  BOOST_TEST(mean("sinks=4").sink_mass > 10 * mean("sinks=0").sink_mass);
+  BOOST_TEST(mean("locality=0.9").local_mass > mean("locality=0").local_mass + 0.1);
+  BOOST_TEST(mean("outlier_channels=4").key_outlier_ratio > 4 * mean("outlier_channels=0").key_outlier_ratio);
+  BOOST_TEST(mean("value_dof=5").value_kurtosis > mean("value_dof=100").value_kurtosis + 2);
+  const auto gaussian =
+      kvlab::mean_over_heads(kvlab::data_report(kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=512,D=64,seed=1)")));
+  BOOST_TEST(gaussian.value_kurtosis == 3.0, boost::test_tools::tolerance(0.1));
+  BOOST_TEST(gaussian.key_outlier_ratio < 1.3);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
