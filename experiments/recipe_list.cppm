@@ -57,7 +57,7 @@ using line_problem = std::pair<std::size_t, std::string>;
 // Throws one error listing every problem in line order, each as "FILE:LINE: ...".
 inline void report_lines(std::vector<line_problem> problems, std::string_view file) {
   if (problems.empty()) return;
-  std::ranges::stable_sort(problems, {}, &line_problem::first);
+  std::ranges::sort(problems);
   std::string message = std::to_string(problems.size()) + " bad line" + (problems.size() == 1 ? "" : "s") + " in " +
                         std::string(file) + "; nothing was run:";
   for (const auto& [line, problem] : problems)

@@ -104,7 +104,7 @@ inline std::vector<labelled_cell> read_labelled_cells(const std::filesystem::pat
     cell.metrics = std::move(stored.metrics);
     ordered.emplace_back(static_cast<std::size_t>(listed - manifest.begin()), std::move(cell));
   }
-  std::ranges::stable_sort(ordered, [](const auto& a, const auto& b) {
+  std::ranges::sort(ordered, [](const auto& a, const auto& b) { // no ties: a cell is one folder
     return std::tie(a.first, a.second.recipe, a.second.data_spec, a.second.seed) <
            std::tie(b.first, b.second.recipe, b.second.data_spec, b.second.seed);
   });
@@ -157,13 +157,7 @@ struct captioned_table {
 
   std::string markdown() const { return "Table: " + caption + "\n\n" + table.markdown(); }
   std::string latex() const {
-    std::string escaped; // special characters escaped, ± in math mode
-    for (const char c : caption) {
-      if (c == '_' || c == '%' || c == '&' || c == '#' || c == '$' || c == '{' || c == '}') escaped += '\\';
-      escaped += c;
-    }
-    for (std::size_t at; (at = escaped.find("±")) != std::string::npos;) escaped.replace(at, 2, "$\\pm$");
-    return "\\begin{table}\n\\centering\n\\caption{" + escaped + "}\n" + table.latex() + "\\end{table}\n";
+    return "\\begin{table}\n\\centering\n\\caption{" + latex_escape(caption) + "}\n" + table.latex() + "\\end{table}\n";
   }
 };
 

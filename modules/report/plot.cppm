@@ -13,6 +13,7 @@ module;
 #include <vector>
 export module kvlab.report:plot;
 import kvlab.core;
+import :latex;
 
 export namespace kvlab {
 
@@ -242,21 +243,6 @@ inline std::string figure_csv(const figure& f) {
 // needs \usepackage{pgfplots}). Axes and ticks as in the SVG.
 inline std::string figure_pgfplots(const figure& f) {
   const axis_scale ax = choose_axis(detail::all_values(f, true)), ay = choose_axis(detail::all_values(f, false));
-  const auto latex = [](const std::string& text) {
-    std::string out;
-    for (const char c : text) {
-      if (c == '_' || c == '%' || c == '&' || c == '#' || c == '$' || c == '{' || c == '}') out += '\\';
-      if (c == '|')
-        out += "\\textbar{}";
-      else if (c == '^')
-        out += "\\^{}";
-      else if (c == '~')
-        out += "\\~{}";
-      else
-        out += c;
-    }
-    return out;
-  };
   const auto ticks = [](const axis_scale& a) {
     std::string out;
     for (const double t : a.ticks) out += (out.empty() ? "" : ",") + format_number(t);
@@ -268,8 +254,8 @@ inline std::string figure_pgfplots(const figure& f) {
   tex += "  xmin=" + format_number(ax.low) + ", xmax=" + format_number(ax.high) + ", ymin=" + format_number(ay.low) +
          ", ymax=" + format_number(ay.high) + ",\n";
   tex += "  xtick={" + ticks(ax) + "}, ytick={" + ticks(ay) + "},\n";
-  tex += "  grid=major, grid style={draw=gray!25},\n  xlabel={" + latex(f.x_title) + "},\n  ylabel={" +
-         latex(f.y_title) +
+  tex += "  grid=major, grid style={draw=gray!25},\n  xlabel={" + latex_escape(f.x_title) + "},\n  ylabel={" +
+         latex_escape(f.y_title) +
          "},\n  legend pos=outer north east, legend cell align=left,\n  cycle list name=exotic,\n]\n";
   static constexpr const char* marks[] = {"*", "square*", "triangle*", "diamond*", "x"};
   for (std::size_t i = 0; i < f.series.size(); ++i) {
@@ -278,7 +264,7 @@ inline std::string figure_pgfplots(const figure& f) {
            ", error bars/.cd, y dir=both, y explicit] table[x=x, y=y, y error=e] {\n  x y e\n";
     for (const auto& p : s.points)
       tex += "  " + format_number(p.x) + " " + format_number(p.y) + " " + format_number(p.y_error) + "\n";
-    tex += "};\n\\addlegendentry{" + latex(s.label) + "}\n";
+    tex += "};\n\\addlegendentry{" + latex_escape(s.label) + "}\n";
   }
   return tex + "\\end{axis}\n\\end{tikzpicture}\n";
 }
