@@ -1,7 +1,9 @@
 // eviction-budget (`kvlab run eviction-budget`): every eviction policy of the registry that says how to keep a ratio of
 // the tokens (strategy_info::at_budget) at 10 %, 25 % and 50 % of the tokens seen, keys and
-// values in fp16, on synthetic:llm data (sinks, locality and outlier channels give the
-// policies something to find); the full cache as reference; and MiKV-style demotion
+// values in fp16, on synthetic:llm data calibrated on shakespeare-hd64's real capture
+// (like=shakespeare-hd64, docs/data.md: its attention is as concentrated and as local as the
+// model's, so the policies' ranking is the one real data gives); the full cache as
+// reference; and MiKV-style demotion
 // (arXiv 2402.18096, sec. 3): h2o's evicted tokens moved to 2-bit rht(lloyd2) instead of
 // dropped, to compare with dropping at equal or more bytes per token.
 module;
@@ -40,9 +42,9 @@ inline std::vector<configs::named_recipe> recipes(const registry& components) {
 inline configs::experiment make() {
   return {.name = "eviction-budget",
           .description = "every eviction policy at 10/25/50 % of the tokens, and h2o with 2-bit demotion, on "
-                         "synthetic:llm",
+                         "synthetic:llm(like=shakespeare-hd64)",
           .cells = configs::sweep{.recipes = recipes(builtin_registry()),
-                                  .data = {"synthetic:llm(L=2,H=2,Q=8,T=1024,D=128,seed={seed})"}}};
+                                  .data = {"synthetic:llm(like=shakespeare-hd64,T=1024,seed={seed})"}}};
 }
 
 } // namespace kvlab::experiments::eviction_budget

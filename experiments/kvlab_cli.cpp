@@ -67,7 +67,8 @@ constexpr std::string_view usage = R"(usage:
       same keys, values and queries to eval and sweeps without writing them.
   kvlab data-report SPEC... [--per-head] [--probes N] [--format md|csv]
       The statistics that decide how compression behaves on each workload, averaged over
-      layers and KV heads (--per-head: one row each): attention entropy (nats, and over
+      layers and KV heads (--per-head: one row each), with its shape (L,H,Q,T,D as
+      synthetic:llm takes them): attention entropy (nats, and over
       log n), the mass of the top 1/10/25 % of keys, the first token's mass, the mass of the
       last 64 tokens (from the last N queries, default 32), the key outlier-channel ratio and
       the value kurtosis (docs/data.md defines each).
@@ -456,16 +457,18 @@ int data_report_command(int argc, char** argv) {
   if (format != "md" && format != "csv") throw kvlab::error("--format must be md or csv, not '" + format + "'");
   const bool per_head = opts.has("--per-head");
   for (const auto& spec : opts.positional) kvlab::check_data_spec(spec); // every spec before any work
-  kvlab::text_table table{{"data"}, {}, {}};
+  kvlab::text_table table{{"data", "shape"}, {}, {}};
   if (per_head) table.header.insert(table.header.end(), {"layer", "head"});
   table.header.insert(table.header.end(), {"entropy", "H/log n", "top 1 %", "top 10 %", "top 25 %", "sink", "last 64",
                                            "key outlier ratio", "value kurtosis"});
   for (const auto& spec : opts.positional) {
-    const auto heads = kvlab::data_report(kvlab::load_data(spec), report);
+    const auto data = kvlab::load_data(spec);
+    const auto heads = kvlab::data_report(data, report);
+    const std::string shape = kvlab::shape_arguments(data);
     std::vector<kvlab::head_statistics> rows = heads;
     if (!per_head) rows = {kvlab::mean_over_heads(heads)};
     for (const auto& s : rows) {
-      std::vector<std::string> row{spec};
+      std::vector<std::string> row{spec, shape};
       if (per_head) row.insert(row.end(), {std::to_string(s.layer), std::to_string(s.head)});
       for (const double x : {s.entropy, s.normalized_entropy, s.top1, s.top10, s.top25, s.sink_mass, s.local_mass,
                              s.key_outlier_ratio, s.value_kurtosis})

@@ -25,6 +25,20 @@ function(kvlab_run_experiment name)
   set(cells ${count} PARENT_SCOPE)
 endfunction()
 
+# Reads cell `index` of the JSON table ${out} into ${recipe}, ${error} (attn_rel_l2) and
+# ${bytes} (bytes_per_token), failing the check unless both are numbers.
+function(kvlab_read_cell index)
+  string(JSON recipe GET "${out}" ${index} recipe)
+  string(JSON error GET "${out}" ${index} attn_rel_l2)
+  string(JSON bytes GET "${out}" ${index} bytes_per_token)
+  if(NOT error MATCHES "^[0-9]" OR NOT bytes MATCHES "^[0-9]")
+    message(FATAL_ERROR "${recipe}: attn_rel_l2 '${error}' or bytes_per_token '${bytes}' is not a number")
+  endif()
+  set(recipe "${recipe}" PARENT_SCOPE)
+  set(error "${error}" PARENT_SCOPE)
+  set(bytes "${bytes}" PARENT_SCOPE)
+endfunction()
+
 # Runs ${KVLAB} with the arguments and fails the check unless it exits 0; leaves its output
 # (stdout and stderr) in ${last_output}.
 function(kvlab)

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <numbers>
 #include <span>
 #include <string>
 #include <utility>
@@ -253,6 +254,60 @@ BOOST_AUTO_TEST_CASE(locality_draws_attention_to_recent_tokens) {
   BOOST_TEST(flat < 1.5);
 }
 
+// The positional component adds position_logit x mean_i cos(distance x theta_i) to every
+// logit, over the RoPE pairs that turn by at most pi over position_span tokens: with no
+// content in the queries (sharpness=0) and no sinks, the mean logit over many positions at
+// a distance is that kernel, since the key noise averages out.
+BOOST_AUTO_TEST_CASE(the_positional_logit_falls_with_distance_as_its_rope_pairs_turn) {
+  const std::size_t tokens = 4096, dim = 16, span = 64;
+  const double position_logit = 4;
+  const auto d =
+      llm("L=1,H=1,Q=1,T=4096,D=16,sinks=0,outlier_channels=0,sharpness=0,position_logit=4,position_span=64");
+  // Pairs i of D = 16 with theta_i = 10000^(-2i/16) <= pi / 64, without the sink pair (the last).
+  std::vector<double> thetas;
+  for (std::size_t i = 0; i + 1 < dim / 2; ++i)
+    if (const double theta = std::pow(10000.0, -2.0 * static_cast<double>(i) / dim);
+        theta * static_cast<double>(span) <= std::numbers::pi)
+      thetas.push_back(theta);
+  BOOST_TEST_REQUIRE(thetas.size() == 4u); // 0.0316, 0.01, 0.00316, 0.001
+  for (const std::size_t distance : {0u, 16u, 64u, 256u, 1024u}) {
+    double mean = 0;
+    std::size_t count = 0;
+    for (std::size_t t = distance; t < tokens; ++t, ++count) {
+      const auto q = d.queries.row(0, 0, t), k = d.keys.row(0, 0, t - distance);
+      double dot = 0;
+      for (std::size_t c = 0; c < dim; ++c) dot += double{q[c]} * k[c];
+      mean += dot / std::sqrt(static_cast<double>(dim));
+    }
+    mean /= static_cast<double>(count);
+    double kernel = 0;
+    for (const double theta : thetas) kernel += std::cos(static_cast<double>(distance) * theta);
+    kernel *= position_logit / static_cast<double>(thetas.size());
+    BOOST_TEST_INFO("distance " << distance << ": mean logit " << mean << ", kernel " << kernel);
+    BOOST_TEST(std::fabs(mean - kernel) < 0.15);
+  }
+}
+
+// sharpness multiplies the content logits; sharpness_spread varies it per query head.
+BOOST_AUTO_TEST_CASE(sharpness_concentrates_attention_and_its_spread_varies_heads) {
+  // One query head per KV head, so the report's heads are the query heads.
+  const auto report = [](const std::string& knobs) {
+    return kvlab::data_report(llm("L=1,H=8,Q=8,T=512,sinks=0," + knobs));
+  };
+  const auto flat = kvlab::mean_over_heads(report("sharpness=0.5"));
+  const auto sharp = kvlab::mean_over_heads(report("sharpness=2"));
+  BOOST_TEST(sharp.normalized_entropy < flat.normalized_entropy - 0.2);
+  BOOST_TEST(sharp.top1 > flat.top1 + 0.2);
+  const auto entropy_range = [](const std::vector<kvlab::head_statistics>& heads) {
+    const auto [low, high] = std::ranges::minmax(heads, {}, &kvlab::head_statistics::normalized_entropy);
+    return high.normalized_entropy - low.normalized_entropy;
+  };
+  const double same = entropy_range(report("sharpness_spread=0")),
+               spread = entropy_range(report("sharpness_spread=1.5"));
+  BOOST_TEST_MESSAGE("range of H/log n over 8 heads: sharpness_spread=0 " << same << ", 1.5 " << spread);
+  BOOST_TEST(spread > 3 * same);
+}
+
 BOOST_AUTO_TEST_CASE(values_are_heavy_tailed_with_unit_variance) {
   const auto heavy = llm("value_dof=4"), light = llm("value_dof=1000");
   BOOST_TEST_MESSAGE("value kurtosis: value_dof=4 " << kurtosis(heavy.values.values()) << ", value_dof=1000 "
@@ -320,7 +375,14 @@ BOOST_AUTO_TEST_CASE(bad_knobs_are_rejected_with_their_name) {
       {"bogus=1", "unknown parameter 'bogus'; allowed: L (default 2), H (default 2), Q (default 8), T (default "
                   "1024), D (default 128), seed (default 1), outlier_channels (default 4), outlier_scale (default "
                   "8), rope_base (default 10000), sinks (default 4), locality (default 0.5), value_dof (default 4), "
-                  "group_correlation (default 0.5)"},
+                  "group_correlation (default 0.5), sharpness (default 1), sharpness_spread (default 0), sink_logit "
+                  "(default 5), position_logit (default 0), position_span (default 64)"},
+      {"sharpness=-1", "parameter sharpness = -1 must be in [0, 100]"},
+      {"sharpness_spread=4", "parameter sharpness_spread = 4 must be in [0, 3]"},
+      {"sink_logit=60", "parameter sink_logit = 60 must be in [0, 50]"},
+      {"position_logit=4,rope_base=0", "parameter position_logit = 4 needs RoPE (rope_base > 0)"},
+      {"position_logit=4,D=2,outlier_channels=0", "parameter position_logit = 4 needs D >= 4"},
+      {"position_span=0", "parameter position_span = 0 must be a whole number in 1..1000000000"},
   };
   for (const auto& [args, expected] : cases) {
     const std::string message = llm_error(args);

@@ -121,6 +121,14 @@ inline std::vector<head_statistics> data_report(const kv_data& data, const data_
   return report;
 }
 
+// The shape of `data` as synthetic:llm's arguments ("L=5,H=4,Q=8,T=512,D=8"), so a generator
+// can be asked for the shape of a real capture.
+inline std::string shape_arguments(const kv_data& data) {
+  return "L=" + std::to_string(data.layers()) + ",H=" + std::to_string(data.kv_heads()) +
+         ",Q=" + std::to_string(data.q_heads()) + ",T=" + std::to_string(data.tokens()) +
+         ",D=" + std::to_string(data.head_dim());
+}
+
 // The mean of every statistic over the heads (layer and head are those of the first).
 inline head_statistics mean_over_heads(const std::vector<head_statistics>& heads) {
   head_statistics m;

@@ -6,12 +6,12 @@
 //
 // How one (layer, KV head) is built, before RoPE (every "noise" is N(0, 1) per channel):
 //   key k_t     = noise_t, plus a fixed offset in a few outlier channels, plus the sink
-//                 direction for the first `sinks` tokens;
+//                 direction for the first `sinks` tokens, plus the positional direction;
 //   value v_t   = independent Student-t entries scaled to unit variance;
-//   query q_t   = sqrt(locality) x (normalized sum of the key noise of the last 4 tokens)
-//               + sqrt(1 - locality) x (a part the group's query heads share, mixed
-//                 by group_correlation with a part of the head's own)
-//               + the sink direction (when sinks > 0);
+//   query q_t   = sharpness x (sqrt(locality) x (normalized sum of the key noise of the
+//                 last 4 tokens) + sqrt(1 - locality) x (a part the group's query heads
+//                 share, mixed by group_correlation with a part of the head's own))
+//               + the sink direction (when sinks > 0) + the positional direction;
 //   then keys and queries are rotated by RoPE at their position t.
 //
 // Knobs (default in parentheses):
@@ -29,6 +29,27 @@
 //                         variance); small is heavy-tailed, large is nearly Gaussian.
 //   group_correlation (0.5) in [0, 1]: how much of the non-local query part the query
 //                         heads of one GQA group share.
+//   sharpness (1)         multiplies the content part of every query (not the sink and
+//                         positional parts): the spread of the logits, so how few keys
+//                         take the attention.
+//   sharpness_spread (0)  query head j's sharpness is sharpness x exp(sharpness_spread x z_j),
+//                         z_j ~ N(0, 1) drawn per head: real heads range from nearly uniform
+//                         to nearly one-hot.
+//   sink_logit (5)        the logit q.k/sqrt(D) every query adds to a sink token.
+//   position_logit (0)    a positional component (below) adds this logit at distance 0,
+//                         falling with distance over position_span tokens.
+//   position_span (64)    tokens over which the positional logit falls.
+//   like (none)           a preset: like=stories260K, like=tinystories-656k or
+//                         like=shakespeare-hd64 sets the model's shape and the knobs fitted
+//                         to its real capture (docs/data.md); knobs given with it win.
+//
+// The positional component (Barbero et al., arXiv 2410.06205 sec. 5: trained models build
+// positional attention from the RoPE frequencies): keys and queries share one fixed vector u
+// before RoPE, spread evenly over the pairs that turn by at most pi over position_span tokens
+// (the sink pairs excluded). After RoPE, q_t.k_s gains |u|^2 x mean_i cos((t - s) theta_i),
+// the largest at t = s and falling over the span, without any key noise. It lets a small
+// head_dim (8 in stories260K) prefer recent tokens, which content cannot do there: 8 random
+// channels do not tell hundreds of keys apart.
 //
 // Why per-channel quantization of keys wins at 2 bits here (the KIVI finding): the
 // outlier channels. Every token holds the same few values near +-outlier_scale next to
@@ -46,6 +67,7 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <numbers>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -70,12 +92,15 @@ inline const generator_arguments::defaults parameter_defaults{{"L", 2},
                                                               {"sinks", 4},
                                                               {"locality", 0.5},
                                                               {"value_dof", 4},
-                                                              {"group_correlation", 0.5}};
+                                                              {"group_correlation", 0.5},
+                                                              {"sharpness", 1},
+                                                              {"sharpness_spread", 0},
+                                                              {"sink_logit", 5},
+                                                              {"position_logit", 0},
+                                                              {"position_span", 64}};
 
 // Queries are built from the keys of this many most recent tokens (the token itself included).
 inline constexpr std::size_t recent_window = 4;
-// Attention logit (q.k / sqrt(D)) every query adds to a sink token, before RoPE drift.
-inline constexpr double sink_logit = 5.0;
 
 // Every parameter of one llm(...) spec, validated.
 struct parameters {
@@ -88,10 +113,104 @@ struct parameters {
   double locality = 0;
   double value_dof = 0;
   double group_correlation = 0;
+  double sharpness = 0, sharpness_spread = 0;
+  double sink_logit = 0;
+  double position_logit = 0;
+  std::size_t position_span = 0;
 };
 
+// A model the knobs were fitted to: its shape and the fitted knobs (scripts/fit-synthetic-llm
+// against its capture in docs/data.md); `like=name` puts them in place of the defaults.
+struct preset {
+  std::string_view name;
+  generator_arguments::defaults values;
+};
+
+inline const std::vector<preset>& presets() {
+  static const std::vector<preset> all{
+      {"stories260K",
+       {{"L", 5},
+        {"H", 4},
+        {"Q", 8},
+        {"T", 512},
+        {"D", 8},
+        {"outlier_channels", 2},
+        {"outlier_scale", 1},
+        {"value_dof", 25},
+        {"sinks", 1},
+        {"sink_logit", 1},
+        {"sharpness", 0.5},
+        {"sharpness_spread", 1.25},
+        {"locality", 0.8},
+        {"position_logit", 12},
+        {"position_span", 32}}},
+      {"tinystories-656k",
+       {{"L", 2},
+        {"H", 4},
+        {"Q", 8},
+        {"T", 512},
+        {"D", 16},
+        {"outlier_channels", 2},
+        {"outlier_scale", 1},
+        {"value_dof", 25},
+        {"sinks", 4},
+        {"sink_logit", 2.5},
+        {"sharpness", 0.35},
+        {"sharpness_spread", 2},
+        {"locality", 0},
+        {"position_logit", 4},
+        {"position_span", 128}}},
+      {"shakespeare-hd64",
+       {{"L", 4},
+        {"H", 2},
+        {"Q", 4},
+        {"T", 256},
+        {"D", 64},
+        {"outlier_channels", 1},
+        {"outlier_scale", 2},
+        {"value_dof", 25},
+        {"sinks", 0},
+        {"sharpness", 0.85},
+        {"sharpness_spread", 1.25},
+        {"locality", 0.5},
+        {"position_logit", 2},
+        {"position_span", 64}}},
+  };
+  return all;
+}
+
+// The defaults a spec starts from: parameter_defaults, or with like=NAME the preset's values
+// in their place. `rest` receives the other arguments.
+inline generator_arguments::defaults defaults_for(const term& generator, std::string_view spec, term& rest) {
+  rest = term{generator.name, {}};
+  const preset* chosen = nullptr;
+  for (const auto& arg : generator.args) {
+    if (!arg.starts_with("like=")) {
+      rest.args.push_back(arg);
+      continue;
+    }
+    const std::string_view name = std::string_view(arg).substr(5);
+    if (chosen != nullptr) throw error("data spec '" + std::string(spec) + "': parameter 'like' is given twice");
+    for (const auto& candidate : presets())
+      if (candidate.name == name) chosen = &candidate;
+    if (chosen == nullptr) {
+      std::string known;
+      for (const auto& candidate : presets()) known += (known.empty() ? "" : ", ") + std::string(candidate.name);
+      throw error("data spec '" + std::string(spec) + "': unknown preset like=" + std::string(name) +
+                  "; presets: " + known);
+    }
+  }
+  generator_arguments::defaults defaults = parameter_defaults;
+  if (chosen != nullptr)
+    for (const auto& [name, value] : chosen->values)
+      std::ranges::find_if(defaults, [&](const auto& entry) { return entry.first == name; })->second = value;
+  return defaults;
+}
+
 inline parameters read_parameters(const term& generator, std::string_view spec) {
-  const generator_arguments args(generator, spec, parameter_defaults);
+  term knobs;
+  auto defaults = defaults_for(generator, spec, knobs);
+  const generator_arguments args(knobs, spec, std::move(defaults));
   parameters p;
   p.layers = args.whole_number("L");
   p.kv_heads = args.whole_number("H");
@@ -128,6 +247,17 @@ inline parameters read_parameters(const term& generator, std::string_view spec) 
               " must be > 2 (Student-t values need a finite variance) and at most 1e6");
   p.group_correlation =
       args.real_in("group_correlation", 0, 1, "share of the query heads of one GQA group in a common part");
+  p.sharpness = args.real_in("sharpness", 0, 100, "scale of the content part of every query");
+  p.sharpness_spread = args.real_in("sharpness_spread", 0, 3, "spread of the per-head sharpness, exp(spread x z)");
+  p.sink_logit = args.real_in("sink_logit", 0, 50, "logit every query adds to a sink token");
+  p.position_logit = args.real_in("position_logit", 0, 100, "logit of the positional component at distance 0");
+  p.position_span = args.whole_number("position_span");
+  if (p.position_logit > 0 && p.rope_base == 0)
+    args.fail("parameter position_logit = " + format_number(p.position_logit) +
+              " needs RoPE (rope_base > 0): the positional component is built from its rotations");
+  if (p.position_logit > 0 && p.head_dim < 4)
+    args.fail("parameter position_logit = " + format_number(p.position_logit) +
+              " needs D >= 4: D = 2 holds only the sink's RoPE pair");
   return p;
 }
 
@@ -169,7 +299,9 @@ inline double unit_student_t(random_stream& random, double dof) {
 struct head_structure {
   std::vector<std::size_t> outlier_channels;
   std::vector<double> outlier_signs;
-  std::vector<double> sink_direction; // D entries, non-zero only in the slowest RoPE pairs
+  std::vector<double> sink_direction;     // D entries, non-zero only in the slowest RoPE pairs
+  std::vector<double> position_direction; // D entries, scaled so q.k/sqrt(D) adds position_logit at distance 0
+  std::vector<double> head_sharpness;     // per query head of the group
 };
 
 // The slowest-turning RoPE pairs, (i, i+D/2) for the last D/16 (at least one) i: the sink
@@ -178,6 +310,20 @@ struct head_structure {
 // et al., "Round and round we go! What makes rotary positional encodings useful?", arXiv
 // 2410.06205).
 inline std::size_t slow_pairs(std::size_t head_dim) { return std::max<std::size_t>(1, head_dim / 16); }
+
+// The RoPE pairs of the positional component: those that turn by at most pi over
+// position_span tokens, so cos((t - s) theta_i) falls over the whole span, without the sink
+// pairs; the fastest non-sink pair that is slower than the span if none is that fast.
+inline std::vector<std::size_t> position_pairs(const parameters& p) {
+  const std::size_t half = p.head_dim / 2, usable = half - std::min(half, slow_pairs(p.head_dim));
+  std::vector<std::size_t> pairs;
+  for (std::size_t i = 0; i < usable; ++i) {
+    const double theta = std::pow(p.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(p.head_dim));
+    if (theta * static_cast<double>(p.position_span) <= std::numbers::pi) pairs.push_back(i);
+  }
+  if (pairs.empty() && usable > 0) pairs.push_back(usable - 1);
+  return pairs;
+}
 
 inline head_structure draw_head_structure(const parameters& p, std::size_t layer, std::size_t kv_head) {
   random_stream random = stream_for(p.seed, stream_kind::head_structure, layer, kv_head);
@@ -200,6 +346,21 @@ inline head_structure draw_head_structure(const parameters& p, std::size_t layer
       norm += s.sink_direction[c] * s.sink_direction[c];
     }
   for (double& x : s.sink_direction) x /= std::sqrt(norm);
+  // Each positional pair holds |u_i|^2 = c^2 / P at a random phase, so that q.k/sqrt(D)
+  // gains c^2 / sqrt(D) x mean_i cos((t - s) theta_i), which is position_logit at t = s.
+  s.position_direction.assign(p.head_dim, 0.0);
+  if (p.position_logit > 0) {
+    const auto pairs = position_pairs(p);
+    const double length =
+        std::sqrt(p.position_logit * std::sqrt(static_cast<double>(p.head_dim)) / static_cast<double>(pairs.size()));
+    for (const std::size_t i : pairs) {
+      const double phase = 2.0 * std::numbers::pi * random.uniform();
+      s.position_direction[i] = length * std::cos(phase);
+      s.position_direction[i + half] = length * std::sin(phase);
+    }
+  }
+  for (std::size_t j = 0; j < p.q_heads / p.kv_heads; ++j)
+    s.head_sharpness.push_back(p.sharpness * std::exp(p.sharpness_spread * random.normal()));
   return s;
 }
 
@@ -218,7 +379,7 @@ inline void fill_keys(const parameters& p, const head_structure& s, std::size_t 
   for (float& x : noise) x = static_cast<float>(random.normal());
   // Query holds sqrt(2 * slow_pairs) along the sink direction (unit extra variance in those
   // channels); the key's length along it makes the logit q.k / sqrt(D) equal sink_logit.
-  const double sink_key_length = sink_logit * std::sqrt(static_cast<double>(d)) / std::sqrt(2.0 * slow_pairs(d));
+  const double sink_key_length = p.sink_logit * std::sqrt(static_cast<double>(d)) / std::sqrt(2.0 * slow_pairs(d));
   for (std::size_t t = 0; t < p.tokens; ++t) {
     auto row = keys.row(layer, kv_head, t);
     for (std::size_t c = 0; c < d; ++c) row[c] = noise[t * d + c];
@@ -226,6 +387,8 @@ inline void fill_keys(const parameters& p, const head_structure& s, std::size_t 
       row[s.outlier_channels[i]] += static_cast<float>(s.outlier_signs[i] * p.outlier_scale);
     if (t < p.sinks)
       for (std::size_t c = 0; c < d; ++c) row[c] += static_cast<float>(sink_key_length * s.sink_direction[c]);
+    if (p.position_logit > 0)
+      for (std::size_t c = 0; c < d; ++c) row[c] += static_cast<float>(s.position_direction[c]);
   }
 }
 
@@ -254,19 +417,22 @@ inline void fill_group_queries(const parameters& p, const head_structure& s, std
   std::vector<random_stream> own_random;
   for (std::size_t j = 0; j < group; ++j)
     own_random.push_back(stream_for(p.seed, stream_kind::query_own, layer, kv_head * group + j));
-  std::vector<double> common(d);
+  std::vector<double> content(d), sink(d);
   for (std::size_t t = 0; t < p.tokens; ++t) {
     const std::size_t first_recent = t + 1 > recent_window ? t + 1 - recent_window : 0;
     const double recent_norm = 1.0 / std::sqrt(static_cast<double>(t + 1 - first_recent));
     for (std::size_t c = 0; c < d; ++c) {
       double recent = 0;
       for (std::size_t r = first_recent; r <= t; ++r) recent += key_noise[r * d + c];
-      common[c] = local_weight * recent_norm * recent + shared_weight * shared_random.normal() +
-                  sink_weight * s.sink_direction[c];
+      content[c] = local_weight * recent_norm * recent + shared_weight * shared_random.normal();
+      sink[c] = sink_weight * s.sink_direction[c];
     }
     for (std::size_t j = 0; j < group; ++j) {
+      const double sharpness = s.head_sharpness[j];
       auto row = queries.row(layer, kv_head * group + j, t);
-      for (std::size_t c = 0; c < d; ++c) row[c] = static_cast<float>(common[c] + own_weight * own_random[j].normal());
+      for (std::size_t c = 0; c < d; ++c)
+        row[c] = static_cast<float>(sharpness * content[c] + sink[c] + s.position_direction[c] +
+                                    sharpness * own_weight * own_random[j].normal());
     }
   }
 }
