@@ -202,8 +202,12 @@ inline generator_arguments::defaults defaults_for(const term& generator, std::st
   }
   generator_arguments::defaults defaults = parameter_defaults;
   if (chosen != nullptr)
-    for (const auto& [name, value] : chosen->values)
-      std::ranges::find_if(defaults, [&](const auto& entry) { return entry.first == name; })->second = value;
+    for (const auto& [name, value] : chosen->values) {
+      const auto entry = std::ranges::find_if(defaults, [&](const auto& known) { return known.first == name; });
+      if (entry == defaults.end())
+        throw error("internal: preset " + std::string(chosen->name) + " sets an unknown parameter '" + name + "'");
+      entry->second = value;
+    }
   return defaults;
 }
 
