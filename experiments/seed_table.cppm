@@ -65,8 +65,11 @@ inline std::string format_interval(const seed_interval& v) {
                            ? 0
                            : static_cast<int>(std::floor(std::log10(magnitude)));
   const double scale = std::pow(10.0, exponent);
-  const double mean = v.mean / scale, half = v.half_width / scale;
+  const double half = v.half_width / scale;
   const int decimals = std::clamp(1 - static_cast<int>(std::floor(std::log10(half))), 0, 12);
+  // A mean that rounds to zero prints as 0, not -0 (a sign the printed digits do not carry).
+  const double step = std::pow(10.0, -decimals);
+  const double mean = std::round(v.mean / scale / step) == 0.0 ? 0.0 : v.mean / scale;
   char buffer[96];
   std::snprintf(buffer, sizeof buffer, "%.*f ± %.*f", decimals, mean, decimals, half);
   if (exponent == 0) return buffer;

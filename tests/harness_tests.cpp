@@ -96,6 +96,8 @@ BOOST_AUTO_TEST_CASE(numbers_keep_the_digits_their_interval_needs) {
   BOOST_TEST(kvlab::format_interval({1456.3, 12.3, 3}) == "1456 ± 12");
   BOOST_TEST(kvlab::format_interval({1.2341e-7, 4.1e-9, 3}) == "(1.234 ± 0.041)e-07");
   BOOST_TEST(kvlab::format_interval({0.5, 0.0, 3}) == "0.5 ± 0");
+  BOOST_TEST(kvlab::format_interval({-0.004, 0.31, 3}) == "0.00 ± 0.31"); // not -0.00
+  BOOST_TEST(kvlab::format_interval({-0.3, 0.31, 3}) == "-0.30 ± 0.31");
   BOOST_TEST(kvlab::latex_number("0.01234 ± 0.00041").value() == "$0.01234 \\pm 0.00041$");
   BOOST_TEST(kvlab::latex_number("(1.234 ± 0.041)e-07", true).value() ==
              "$\\boldsymbol{(1.234 \\pm 0.041)\\times10^{-7}}$");
