@@ -1,6 +1,7 @@
-# Demotion beats dropping on synthetic:llm data: in `kvlab run eviction-budget`, every h2o
-# row that demotes its evicted tokens to 2 bits has lower attention error than every
-# dropping row (any policy) that spends as many or more bytes per token.
+# `kvlab run eviction-budget` compares at equal bytes: every evicting row holds its budget
+# (budget=B bytes per token) to within 1 %, never above it. Demotion beats dropping on
+# synthetic:llm data: every h2o row that demotes its evicted tokens to 2 bits has lower
+# attention error than every dropping row (any policy) that spends as many or more bytes.
 cmake_policy(VERSION 3.28)
 include(${CMAKE_CURRENT_LIST_DIR}/check_helpers.cmake)
 kvlab_run_experiment(eviction-budget)
@@ -9,6 +10,17 @@ set(dropped "")
 math(EXPR last "${cells} - 1")
 foreach(i RANGE 0 ${last})
   kvlab_read_cell(${i})
+  if(recipe MATCHES "evict=")
+    if(NOT recipe MATCHES "budget=([0-9.e+]+)")
+      message(FATAL_ERROR "${recipe} has no budget in bytes per token")
+    endif()
+    set(budget ${CMAKE_MATCH_1})
+    kvlab_compare(within ${bytes} <= ${budget})
+    kvlab_compare(close ${bytes} >= "0.99 * ${budget}")
+    if(NOT within OR NOT close)
+      message(FATAL_ERROR "${recipe} holds ${bytes} B/token, not its budget of ${budget}")
+    endif()
+  endif()
   if(recipe MATCHES "demote=")
     list(APPEND demoted "${bytes}:${error}:${i}")
   elseif(recipe MATCHES "evict=")
@@ -16,8 +28,8 @@ foreach(i RANGE 0 ${last})
   endif()
 endforeach()
 list(LENGTH demoted count)
-if(count LESS 3)
-  message(FATAL_ERROR "expected 3 demotion rows, found ${count}:\n${out}")
+if(count LESS 2)
+  message(FATAL_ERROR "expected 2 demotion rows, found ${count}:\n${out}")
 endif()
 set(compared 0)
 foreach(row ${demoted})

@@ -22,6 +22,7 @@ export module kvlab.cache;
 export import :packing;
 export import :body;
 export import :stream;
+export import :budget;
 import kvlab.core;
 import kvlab.simd;
 
@@ -62,8 +63,13 @@ public:
     if (r.demote) demote = demotion{r.demote->quantizer, group_shape_of(*r.demote, "demote")};
     keys_ = make_streams(r.keys, "keys", r.scale, r.storage, tiers, demote);
     values_ = make_streams(r.values, "values", r.scale, r.storage, tiers, demote);
-    if (r.eviction.evicts()) {
+    if (r.budget && !keys_.empty()) {
+      budget_.emplace(*r.budget, layers * kv_heads, keys_.front(), values_.front(), canonical_name(r));
+      policy_ = r.budget->at_ratio(budget_->ratio());
+    } else if (r.eviction.evicts()) {
       policy_ = r.eviction;
+    }
+    if (policy_) {
       needs_ = policy_->needs();
       if (r.compress) needs_.schedule = r.compress;
       demote_ = r.demote.has_value();
@@ -153,7 +159,7 @@ public:
     if (!policy_) return;
     std::vector<std::vector<double>> scores(kv_heads_);
     for (std::size_t head = 0; head < kv_heads_; ++head) scores[head] = score(layer, head);
-    const auto kept = allocation_.keep(layer, layers_, policy_->budget(keys_[index(layer, 0)].tokens_seen()), scores);
+    const auto kept = allocation_.keep(layer, layers_, head_budget(layer, scores), scores);
     if (kept.size() != kv_heads_)
       throw error("allocation " + allocation_.name() + " returned " + std::to_string(kept.size()) +
                   " lists of kept tokens for " + std::to_string(kv_heads_) + " KV heads");
@@ -237,6 +243,24 @@ private:
     }
   }
 
+  // Tokens one KV head of `layer` keeps under uniform allocation: the policy's count, or
+  // what fits the recipe's bytes per token (with the mean over the layer's heads of the
+  // tokens held in fp16 tiers). A budget never evicts what the policy protects
+  // (streaming's sinks, snapkv's observation window): until it covers them, as in a cache's
+  // first tokens, the cache holds them above it.
+  std::size_t head_budget(std::size_t layer, std::span<const std::vector<double>> scores) const {
+    const std::size_t seen = keys_[index(layer, 0)].tokens_seen();
+    if (!budget_) return policy_->budget(seen);
+    double half_tokens = 0.0;
+    std::size_t protected_tokens = 0;
+    for (std::size_t head = 0; head < kv_heads_; ++head) {
+      half_tokens += static_cast<double>(keys_[index(layer, head)].half_tokens());
+      protected_tokens =
+          std::max(protected_tokens, static_cast<std::size_t>(std::ranges::count(scores[head], protected_score)));
+    }
+    return std::max(budget_->tokens(seen, half_tokens / static_cast<double>(kv_heads_)), protected_tokens);
+  }
+
   group_shape group_shape_of(const any_stream& s, const std::string& which) const {
     try {
       return s.granularity.group_shape(head_dim_);
@@ -273,6 +297,7 @@ private:
   std::size_t layers_, kv_heads_, head_dim_;
   std::vector<kv_stream> keys_, values_;
   std::optional<any_eviction> policy_; // none: the cache keeps every token
+  std::optional<bytes_budget> budget_; // budget=: the policy's count comes from bytes
   any_allocation allocation_;
   any_aggregation gqa_;
   eviction_needs needs_;

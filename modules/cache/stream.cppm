@@ -93,6 +93,12 @@ public:
   // Position (arrival index) of every held token, in held order.
   std::span<const std::size_t> positions() const noexcept { return positions_; }
   const quantized_body& body() const noexcept { return body_; }
+  // What one token costs in each tier: a record's bytes over the tokens it holds.
+  double body_token_bytes() const noexcept { return token_bytes(body_); }
+  double demoted_token_bytes() const noexcept { return demoted_ ? token_bytes(*demoted_) : 0.0; }
+  std::size_t half_token_bytes() const noexcept { return 2 * head_dim_; }
+  // Tokens held in fp16: sinks and the residual window.
+  std::size_t half_tokens() const noexcept { return sink_tokens() + window_tokens(); }
 
   // Everything the stream holds: fp16 sinks and window, and the bodies' storage (records,
   // page padding and page tables). Positions are the harness's bookkeeping, not counted.
@@ -237,6 +243,9 @@ private:
       body.quantizer().unrotate(head_sum);
       for (std::size_t c = 0; c < head_dim_; ++c) acc[h * head_dim_ + c] += head_sum[c];
     }
+  }
+  static double token_bytes(const quantized_body& body) noexcept {
+    return static_cast<double>(body.layout().bytes()) / static_cast<double>(body.block_tokens());
   }
   void check_evictable(std::span<const std::size_t> sorted_tokens) const {
     for (std::size_t i = 0; i < sorted_tokens.size(); ++i)

@@ -6,6 +6,7 @@
 // and table rows.
 module;
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -29,17 +30,30 @@ struct any_stream {
   std::string name() const { return quantizer.name() + "@" + granularity.name(); }
 };
 
+// `evict=NAME,budget=B`: the eviction policy NAME keeps what fits B bytes per token seen,
+// counted over the whole cache (every layer and KV head, keys and values: the unit of the
+// `bytes_per_token` metric), so methods compare at equal memory. The cache turns the bytes
+// into a token count per (layer, KV head) at every compression, from what its tiers cost
+// (kvlab.cache:budget); the policy's own shape (h2o's recent half, streaming's sinks) comes
+// from its registered `at_budget` at the ratio the bytes give.
+struct byte_budget {
+  double bytes_per_token = 0.0;
+  std::string policy;                                 // the policy's registered name: h2o, snapkv, ...
+  std::function<any_eviction(double ratio)> at_ratio; // the policy keeping `ratio` of the tokens seen
+};
+
 struct any_recipe {
   any_stream keys;
   any_stream values;
   param_precision scale = param_precision::f16; // storage of scales and zeros
   std::size_t sinks = 0;                        // first tokens kept in fp16
   std::size_t residual = 0;                     // most recent tokens kept in fp16
-  any_eviction eviction;
-  any_allocation allocation;            // budgets over layers and heads
-  any_aggregation gqa;                  // a KV head's score from its query heads
-  std::optional<any_schedule> compress; // empty: the policy's own schedule
-  std::optional<any_stream> demote;     // evicted tokens move to this tier instead of being dropped
+  any_eviction eviction;                        // none when `budget` names the policy
+  std::optional<byte_budget> budget;            // the policy and its budget in bytes per token
+  any_allocation allocation;                    // budgets over layers and heads
+  any_aggregation gqa;                          // a KV head's score from its query heads
+  std::optional<any_schedule> compress;         // empty: the policy's own schedule
+  std::optional<any_stream> demote;             // evicted tokens move to this tier instead of being dropped
   any_storage storage;
 };
 
@@ -51,7 +65,10 @@ struct recipe_defaults {
 
 // Keys of a recipe string, in canonical order.
 inline constexpr std::string_view recipe_keys =
-    "k, v, scale, sinks, residual, evict, alloc, gqa, compress, demote, store";
+    "k, v, scale, sinks, residual, evict, budget, alloc, gqa, compress, demote, store";
+
+// Whether the recipe evicts: a policy with a token budget, or one named with budget=.
+inline bool evicts(const any_recipe& r) { return r.budget.has_value() || r.eviction.evicts(); }
 
 // k and v always; the other parts only when they differ from the default.
 inline std::string canonical_name(const any_recipe& r) {
@@ -62,7 +79,10 @@ inline std::string canonical_name(const any_recipe& r) {
   const auto part = [&](std::string_view key, const std::string& value, std::string_view otherwise) {
     if (value != otherwise) name += "," + std::string(key) + "=" + value;
   };
-  part("evict", r.eviction.name(), recipe_defaults::eviction);
+  if (r.budget)
+    name += ",evict=" + r.budget->policy + ",budget=" + format_number(r.budget->bytes_per_token);
+  else
+    part("evict", r.eviction.name(), recipe_defaults::eviction);
   part("alloc", r.allocation.name(), recipe_defaults::allocation);
   part("gqa", r.gqa.name(), recipe_defaults::gqa);
   if (r.compress) name += ",compress=" + r.compress->name();
@@ -74,17 +94,26 @@ inline std::string canonical_name(const any_recipe& r) {
 // Recipes are equal when their canonical names are: every part writes itself by name.
 inline bool operator==(const any_recipe& a, const any_recipe& b) { return canonical_name(a) == canonical_name(b); }
 
+// The largest budget= a recipe may give, in bytes per token (1 TiB: far above any cache).
+inline constexpr double max_budget_bytes = 1099511627776.0;
+
 // Checks what the parts cannot check alone; throws kvlab::error naming the recipe.
 inline void check_recipe(const any_recipe& r) {
   const bool extras = r.allocation.name() != recipe_defaults::allocation || r.gqa.name() != recipe_defaults::gqa ||
                       r.compress || r.demote;
-  if (!r.eviction.evicts() && extras)
+  if (!evicts(r) && extras)
     throw error("recipe '" + canonical_name(r) +
                 "': alloc, gqa, compress and demote need an eviction policy (evict=...)");
+  if (r.budget && r.eviction.evicts())
+    throw error("recipe '" + canonical_name(r) + "': the eviction policy is given twice (evict= and budget=)");
+  if (r.budget && !(r.budget->bytes_per_token > 0.0 && r.budget->bytes_per_token <= max_budget_bytes))
+    throw error("recipe '" + canonical_name(r) + "': budget must be in (0, " + format_number(max_budget_bytes) +
+                "] bytes per token, got " + format_number(r.budget->bytes_per_token));
 }
 
-// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,alloc=A,gqa=G,compress=C,
-// demote=Q@G,store=P`. k and v default to f16@token; every part may appear once. Each part
+// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,budget=B,alloc=A,gqa=G,
+// compress=C,demote=Q@G,store=P`. k and v default to f16@token; every part may appear once.
+// With budget=B (bytes per token, see byte_budget), evict= is a policy's bare name. Each part
 // is built by the registry, so every spelling of one component (`int08`, `window(1e2)`)
 // gives the same canonical name. Throws kvlab::error naming the bad part.
 inline any_recipe parse_recipe(std::string_view text, const registry& components) {
@@ -112,6 +141,7 @@ inline any_recipe parse_recipe(std::string_view text, const registry& components
                .gqa = components.make_aggregation(recipe_defaults::gqa),
                .storage = components.make_storage(recipe_defaults::storage)};
   std::set<std::string> seen;
+  std::optional<std::string> evict_text, budget_text; // evict= resolves once budget= is known
   const auto parts = split_top_level(text, "recipe '" + std::string(text) + "'");
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::string& part = parts[i];
@@ -135,7 +165,9 @@ inline any_recipe parse_recipe(std::string_view text, const registry& components
     } else if (key == "residual") {
       r.residual = parse_number_in<std::size_t>(value, where, 0, max_tokens);
     } else if (key == "evict") {
-      r.eviction = build(part, [&] { return components.make_eviction(value); });
+      evict_text = value;
+    } else if (key == "budget") {
+      budget_text = value;
     } else if (key == "alloc") {
       r.allocation = build(part, [&] { return components.make_allocation(value); });
     } else if (key == "gqa") {
@@ -151,6 +183,20 @@ inline any_recipe parse_recipe(std::string_view text, const registry& components
     } else {
       throw error(where + ": unknown key '" + key + "'; allowed keys: " + std::string(recipe_keys));
     }
+  }
+  if (budget_text && !evict_text)
+    throw error("recipe '" + std::string(text) + "': budget=" + *budget_text +
+                " needs the policy that keeps it, for example evict=h2o,budget=" + *budget_text);
+  if (budget_text) {
+    const std::string where = "recipe part 'budget=" + *budget_text + "'";
+    const double bytes = parse_number<double>(*budget_text, where);
+    if (!(bytes > 0.0 && bytes <= max_budget_bytes))
+      throw error(where + ": a budget is a positive number of bytes per token, at most " +
+                  format_number(max_budget_bytes) + ", got '" + *budget_text + "'");
+    const std::string part = "evict=" + *evict_text;
+    r.budget = byte_budget{bytes, *evict_text, build(part, [&] { return components.eviction_at_budget(*evict_text); })};
+  } else if (evict_text) {
+    r.eviction = build("evict=" + *evict_text, [&] { return components.make_eviction(*evict_text); });
   }
   check_recipe(r);
   return r;

@@ -228,6 +228,18 @@ public:
     return make<any_granularity>(component_kind::granularity, text);
   }
   any_eviction make_eviction(std::string_view text) const { return make<any_eviction>(component_kind::eviction, text); }
+  // The policy `name` (a bare name: h2o, snapkv) as a function of the ratio of tokens it
+  // keeps: what `evict=NAME,budget=B` recipes resolve once the cache knows its shape.
+  std::function<any_eviction(double ratio)> eviction_at_budget(std::string_view name) const {
+    std::string with_budget;
+    for (const auto& entry : entries_) {
+      if (entry.info.kind != component_kind::eviction || !entry.info.at_budget) continue;
+      if (entry.info.name == name) return entry.info.at_budget;
+      with_budget += (with_budget.empty() ? "" : ", ") + entry.info.name;
+    }
+    throw error("eviction '" + std::string(name) +
+                "' cannot take a budget in bytes (budget=): write the policy's bare name, one of " + with_budget);
+  }
   any_storage make_storage(std::string_view text) const { return make<any_storage>(component_kind::storage, text); }
   any_allocation make_allocation(std::string_view text) const {
     return make<any_allocation>(component_kind::allocation, text);
