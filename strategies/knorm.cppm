@@ -3,7 +3,6 @@
 // Paper: Devoto et al., "A Simple and Effective L2 Norm-Based Strategy for KV Cache
 // Compression", arXiv 2406.11430, sec. 3-4.
 module;
-#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -16,16 +15,11 @@ struct small_key_norm {
   using component_concept = eviction_tag;
   token_budget keep;
   std::string name() const { return "knorm(" + keep.text() + ")"; }
-  eviction_needs needs() const { return {.keys = true}; }
+  eviction_needs needs() const { return {.key_norms = true}; }
   std::size_t budget(std::size_t seen) const { return keep.tokens(seen); }
   std::vector<double> scores(const eviction_view& view) const {
-    std::vector<double> scores(view.positions.size());
-    for (std::size_t t = 0; t < scores.size(); ++t) {
-      double squares = 0.0;
-      for (std::size_t c = 0; c < view.head_dim; ++c)
-        squares += double{view.keys[t * view.head_dim + c]} * view.keys[t * view.head_dim + c];
-      scores[t] = -std::sqrt(squares);
-    }
+    std::vector<double> scores(view.key_norms.size());
+    for (std::size_t t = 0; t < scores.size(); ++t) scores[t] = -view.key_norms[t];
     return scores;
   }
 };

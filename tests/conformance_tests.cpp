@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -211,6 +212,54 @@ BOOST_AUTO_TEST_CASE(storage_stores_compact_on_erase_and_release_memory) {
       BOOST_CHECK_THROW(store->erase(out_of_range), kvlab::error);
     }
   }
+}
+
+// An evicting cache's pattern: append one record, erase one or two near the front, the
+// middle or the end, for many steps. Every store keeps exactly the records a plain list
+// keeps, in order, on cache lines, whichever side of the victims it moves.
+BOOST_AUTO_TEST_CASE(storage_stores_follow_a_reference_list_through_an_eviction_pattern) {
+  for (const auto& s_name : components().instances(kvlab::component_kind::storage))
+    for (const std::size_t record_bytes : {std::size_t{64}, std::size_t{40}}) {
+      BOOST_TEST_CONTEXT(s_name << ", records of " << record_bytes << " bytes") {
+        const auto store = components().make_storage(s_name).make_store(record_bytes);
+        std::vector<std::uint32_t> reference; // the id of every live record, in order
+        const auto append = [&](std::uint32_t id) {
+          std::vector<std::uint8_t> record(record_bytes);
+          std::memcpy(record.data(), &id, sizeof id);
+          store->append(record);
+          reference.push_back(id);
+        };
+        for (std::uint32_t id = 0; id < 300; ++id) append(id);
+        for (std::uint32_t step = 0; step < 2000; ++step) {
+          append(300 + step);
+          const std::size_t n = reference.size();
+          std::vector<std::size_t> victims;
+          switch (step % 4) {
+          case 0: victims = {4}; break;         // behind 4 sinks
+          case 1: victims = {0, 1}; break;      // the oldest two
+          case 2: victims = {n / 2}; break;     // the middle
+          default: victims = {3, n - 2}; break; // both ends
+          }
+          store->erase(victims);
+          for (std::size_t v = victims.size(); v-- > 0;)
+            reference.erase(reference.begin() + static_cast<std::ptrdiff_t>(victims[v]));
+          if (victims.size() == 2) append(100000 + step); // the size stays near 300
+          BOOST_TEST_REQUIRE(store->size() == reference.size());
+          BOOST_TEST_REQUIRE(reinterpret_cast<std::uintptr_t>(store->run(0).data()) % kvlab::cache_line_bytes == 0u);
+          for (const std::size_t i : {std::size_t{0}, reference.size() / 3, reference.size() - 1}) {
+            std::uint32_t id = 0;
+            std::memcpy(&id, store->record(i).data(), sizeof id);
+            BOOST_TEST_REQUIRE(id == reference[i], "record " << i << " after step " << step);
+          }
+        }
+        for (std::size_t i = 0; i < reference.size(); ++i) {
+          std::uint32_t id = 0;
+          std::memcpy(&id, store->record(i).data(), sizeof id);
+          BOOST_TEST_REQUIRE(id == reference[i], "record " << i);
+        }
+        BOOST_TEST(store->bytes_reserved() >= reference.size() * record_bytes);
+      }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(storage_runs_start_on_cache_lines) {

@@ -75,6 +75,7 @@ public:
       demote_ = r.demote.has_value();
       accumulated_.resize(layers * kv_heads);
       latest_.resize(layers * kv_heads);
+      key_norms_.resize(layers * kv_heads);
     }
   }
 
@@ -97,12 +98,15 @@ public:
                     std::to_string(kv_head) + ", appending token " + std::to_string(token) + ": " + e.what());
       }
     };
-    append_to(keys(layer, kv_head), key, "keys");
+    kv_stream& k = keys(layer, kv_head);
+    const std::size_t unchanged = k.sink_tokens() + k.body_tokens(); // held tokens this append cannot re-encode
+    append_to(k, key, "keys");
     append_to(values(layer, kv_head), value, "values");
     if (!policy_) return;
     const std::size_t i = index(layer, kv_head);
     accumulated_[i].push_back(0.0);
     latest_[i].push_back(0.0);
+    if (needs_.key_norms) update_key_norms(i, unchanged);
   }
 
   // --- eviction ---
@@ -171,11 +175,6 @@ public:
     const std::size_t i = index(layer, kv_head);
     const kv_stream& k = keys_[i];
     const std::size_t n = k.evictable_tokens();
-    std::vector<float> held_keys;
-    if (needs_.keys) {
-      held_keys.resize(n * head_dim_);
-      k.decode(0, n, held_keys);
-    }
     const eviction_view view{.layer = layer,
                              .layers = layers_,
                              .kv_head = kv_head,
@@ -184,7 +183,7 @@ public:
                              .positions = k.positions().first(n),
                              .accumulated = accumulated_[i],
                              .latest = latest_[i],
-                             .keys = held_keys};
+                             .key_norms = key_norms_[i]};
     auto scores = policy_->scores(view);
     if (scores.size() != n)
       throw error("eviction " + policy_->name() + " returned " + std::to_string(scores.size()) + " scores for " +
@@ -237,7 +236,8 @@ private:
       keys_[i].erase(victims);
       values_[i].erase(victims);
     }
-    for (auto* scores : {&accumulated_[i], &latest_[i]}) {
+    for (auto* scores : {&accumulated_[i], &latest_[i], &key_norms_[i]}) {
+      if (scores->empty()) continue; // key norms, for a policy that does not score with them
       for (std::size_t j = 0; j < kept.size(); ++j) (*scores)[j] = (*scores)[kept[j]];
       scores->resize(kept.size());
     }
@@ -259,6 +259,26 @@ private:
           std::max(protected_tokens, static_cast<std::size_t>(std::ranges::count(scores[head], protected_score)));
     }
     return std::max(budget_->tokens(seen, half_tokens / static_cast<double>(kv_heads_)), protected_tokens);
+  }
+
+  // Brings the key norms of stream `i` up to date after an append: the new token's, and
+  // those of the tokens a flushed residual window re-encoded into the body (held indices
+  // from `unchanged` to the body's end). Bounded by the window and a block, whatever the
+  // context: the norms are kept, not recomputed from every held key at every step.
+  void update_key_norms(std::size_t i, std::size_t unchanged) {
+    const kv_stream& k = keys_[i];
+    std::vector<double>& norms = key_norms_[i];
+    const std::size_t n = k.evictable_tokens(), body_end = k.sink_tokens() + k.body_tokens();
+    norms.resize(n);
+    std::vector<float> row(head_dim_);
+    const auto refresh = [&](std::size_t t) {
+      k.decode(t, row);
+      double squares = 0.0;
+      for (const float x : row) squares += double{x} * x;
+      norms[t] = std::sqrt(squares);
+    };
+    for (std::size_t t = unchanged; t < body_end; ++t) refresh(t);
+    refresh(n - 1);
   }
 
   group_shape group_shape_of(const any_stream& s, const std::string& which) const {
@@ -305,6 +325,9 @@ private:
   // Per (layer, KV head), per evictable token (held order): attention summed over observed
   // steps and at the latest one, aggregated over the query group.
   std::vector<std::vector<double>> accumulated_, latest_;
+  // Per (layer, KV head), per evictable token: its decoded key's L2 norm, when the policy
+  // scores with it.
+  std::vector<std::vector<double>> key_norms_;
 };
 
 } // namespace kvlab

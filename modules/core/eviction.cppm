@@ -56,7 +56,7 @@ private:
 struct eviction_needs {
   bool attention = false;               // the attention each held key receives at observed steps
   std::size_t observation_window = 0;   // > 0: only the last W prefill queries are observed (SnapKV)
-  bool keys = false;                    // the held keys, decoded
+  bool key_norms = false;               // the L2 norm of each held key, as decoded
   std::optional<any_schedule> schedule; // the policy's own schedule (else after every token)
 };
 
@@ -71,26 +71,36 @@ struct eviction_view {
   std::span<const std::size_t> positions; // position of each held token, ascending
   std::span<const double> accumulated;    // per held token: attention summed over observed steps
   std::span<const double> latest;         // per held token: attention at the latest observed step
-  std::span<const float> keys;            // held x head_dim decoded keys, when needs().keys
+  std::span<const double> key_norms;      // per held token: its decoded key's L2 norm, when needs().key_norms
 };
 
 // Scores that always survive (when the budget allows): sinks, recent windows.
 inline constexpr double protected_score = std::numeric_limits<double>::infinity();
 
 // Indices of the `keep` highest scores, ascending; ties keep the more recent token (the
-// larger index), so every choice is deterministic.
+// larger index), so every choice is deterministic. O(n): a decode step that evicts one
+// token of a long context pays no sort.
 inline std::vector<std::size_t> top_scores(std::span<const double> scores, std::size_t keep) {
-  std::vector<std::size_t> order(scores.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  keep = std::min(keep, order.size());
-  // The order is total (no two indices tie), so selection alone fixes the kept set: O(n),
-  // where a partial sort is O(n log keep) and measured a quarter of an eviction sweep's time.
-  std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(keep), [&](std::size_t a, std::size_t b) {
+  const std::size_t n = scores.size();
+  keep = std::min(keep, n);
+  std::vector<std::size_t> kept;
+  kept.reserve(keep);
+  if (keep == n) {
+    for (std::size_t i = 0; i < n; ++i) kept.push_back(i);
+    return kept;
+  }
+  // The order is total (no two indices tie), so selection alone fixes the kept set: the
+  // (keep)-th best is the threshold, and one pass collects what ranks above it in order.
+  const auto better = [&](std::size_t a, std::size_t b) {
     return scores[a] > scores[b] || (scores[a] == scores[b] && a > b);
-  });
-  order.resize(keep);
-  std::ranges::sort(order);
-  return order;
+  };
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(keep), better);
+  const std::size_t first_dropped = order[keep];
+  for (std::size_t i = 0; i < n; ++i)
+    if (better(i, first_dropped)) kept.push_back(i);
+  return kept;
 }
 
 // top_scores of each head's scores: what allocation rules that give every head of a layer
