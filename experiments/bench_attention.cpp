@@ -8,13 +8,15 @@
 // a share of that measured bandwidth, and as a speed-up over f16 attention of the same
 // shape, all from this one run. The same read with work added per byte (`*_read_with_work`)
 // shows how much of the read a loop keeps when its work costs a given share of the read's
-// time: the curve that compute-bound recipes sit on.
+// time: the curve that compute-bound recipes sit on. `append/*` times prefill's appends
+// (encode and store) per quantizer, as GB/s of fp16 input next to the same run's read.
 //   build/test/kvlab_bench_attention --benchmark_filter='ctx:32768/d:128/gqa:4' \
 //       --benchmark_out=attention.json --benchmark_out_format=json
 // With --benchmark_repetitions=N the summary keeps each benchmark's best run.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -169,6 +171,40 @@ void decode_attention(benchmark::State& state, std::string recipe) {
   state.SetLabel(std::string(kvlab::isa_name(kernels.instruction_set)));
 }
 
+// Recipes for the append benchmark: the attention recipes and the other per-token formats.
+const std::vector<std::pair<std::string, std::string>> append_recipes = [] {
+  auto all = recipes;
+  for (const char* format : {"int8@token", "uint4@group(32)", "nf4@group(64)", "lloyd2@group(32)", "fp8_e5m2@token",
+                             "bf16@token", "rht(int4)@group(32)"})
+    all.emplace_back(format, std::string("k=") + format + ",v=" + format);
+  return all;
+}();
+
+// Prefill's appends: `tokens` tokens of 2 KV heads into an empty one-layer cache, keys and
+// values from a buffer of fp32 rows as a model's projections leave them (in L2/L3: 8 MiB
+// per tensor at head_dim 128). Timed per iteration without building and freeing the cache;
+// the rate counts the input as fp16 (2 bytes per element), the unit of what the cache
+// stores uncompressed.
+void append_tokens(benchmark::State& state, std::string recipe) {
+  constexpr std::size_t tokens = 8192;
+  const auto head_dim = static_cast<std::size_t>(state.range(0));
+  const auto parsed = kvlab::parse_recipe(recipe, kvlab::builtin_registry());
+  kvlab::random_stream random(tokens, head_dim);
+  std::vector<float> keys(kv_heads * tokens * head_dim), values(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    keys[i] = static_cast<float>(random.normal()), values[i] = static_cast<float>(random.normal());
+  for (auto _ : state) {
+    kvlab::kv_cache cache(parsed, 1, kv_heads, head_dim);
+    const auto start = std::chrono::steady_clock::now();
+    cache.prefill(0, keys, values, tokens);
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    benchmark::DoNotOptimize(cache.bytes());
+  }
+  state.counters["bytes_per_second"] =
+      benchmark::Counter(static_cast<double>(2 * keys.size() * 2), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(kvlab::isa_name(kvlab::active_kernels().instruction_set)));
+}
+
 // Prints the console report and keeps every run for the summary.
 class summarizing_reporter : public benchmark::ConsoleReporter {
 public:
@@ -211,6 +247,10 @@ public:
     }
     const auto read = rates_.find("memory_read/threads:1");
     if (read == rates_.end()) return;
+    for (const auto& [name, rate] : rates_)
+      if (name.rfind("append/", 0) == 0)
+        std::printf("%-70s %7.2f GB/s of fp16 input  %5.1f%% of read\n", name.c_str(), rate / 1e9,
+                    100.0 * rate / read->second);
     // A recipe that reads at the two-thread read's rate cannot gain more from a second
     // thread than the read itself does: about 1.85-1.9x here, 1.3-1.4x while another
     // tenant loaded the memory.
@@ -279,6 +319,13 @@ int main(int argc, char** argv) {
                 ->Args({context, head_dim, group, threads})
                 ->Unit(benchmark::kMicrosecond)
                 ->UseRealTime();
+  for (const auto& [label, recipe] : append_recipes)
+    for (const long head_dim : {64, 128})
+      benchmark::RegisterBenchmark(("append/" + label + "/d:" + std::to_string(head_dim)).c_str(), append_tokens,
+                                   recipe)
+          ->Arg(head_dim)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime();
   register_read_probe();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

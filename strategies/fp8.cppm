@@ -58,8 +58,7 @@ public:
     for (unsigned code = 0; code < 256; ++code) levels_[code] = decode_fp8(layout, code);
     // Non-negative finite codes in ascending value: 0x00 up to the largest finite code.
     while (largest_code_ + 1 < 0x80u && std::isfinite(levels_[largest_code_ + 1])) ++largest_code_;
-    smallest_normal_ = std::ldexp(1.0f, 1 - layout.bias);
-    subnormal_codes_per_unit_ = std::ldexp(1.0f, static_cast<int>(layout.mantissa_bits) - 1 + layout.bias);
+    rounding_ = fp8_rounding::of(layout.mantissa_bits, layout.bias, levels_[largest_code_]);
   }
 
   std::string name() const { return layout_->name; }
@@ -71,37 +70,15 @@ public:
 
   group_params fit(std::span<const float> group) const { return {.scale = absmax(group) / max_finite()}; }
 
-  // Nearest finite code to x / scale, ties to the even code (even mantissa), saturating;
-  // NaN gives 0. The magnitude is rounded on the float's own bits instead of searched for
-  // among the levels (the search took about 15 ns per element): below the smallest normal
-  // in units of the subnormal step; above it by rounding the float's mantissa to the
-  // format's bits, to nearest even, the carry running into the exponent, and rebiasing the
-  // exponent. The non-negative codes are in the order of their values, so that is the
-  // nearest code.
-  std::uint32_t encode(float x, group_params p) const {
-    if (p.scale == 0.0f) return 0;
-    const float y = x / p.scale;
-    const float magnitude = std::min(std::fabs(y), max_finite());
-    if (!(magnitude > 0.0f)) return 0; // zero or NaN; one zero code (FNUZ has no negative zero)
-    std::uint32_t code;
-    if (magnitude < smallest_normal_) {
-      // an exact scaling; nearbyint rounds to nearest even in the default rounding mode
-      code = static_cast<std::uint32_t>(std::nearbyint(magnitude * subnormal_codes_per_unit_));
-    } else {
-      const unsigned dropped = 23 - layout_->mantissa_bits; // the float's mantissa bits below the format's
-      const auto bits = std::bit_cast<std::uint32_t>(magnitude);
-      const std::uint32_t rounded = (bits + (1u << (dropped - 1)) - 1u + ((bits >> dropped) & 1u)) >> dropped;
-      code = rounded - (static_cast<std::uint32_t>(127 - layout_->bias) << layout_->mantissa_bits);
-    }
-    if (code == 0) return 0;
-    return std::signbit(y) ? (code | 0x80u) : code;
-  }
+  // Nearest finite code to x / scale, ties to the even code, saturating; NaN gives 0.
+  std::uint32_t encode(float x, group_params p) const { return p.scale == 0.0f ? 0 : fp8_code(x / p.scale, rounding_); }
+  encoding_rule encoding() const { return {.kind = encoding_kind::float8, .fp8 = rounding_}; }
   float decode(std::uint32_t code, group_params p) const { return p.scale * levels_[code]; }
 
 private:
   const fp8_layout* layout_;
   unsigned largest_code_ = 0;
-  float smallest_normal_ = 0.0f, subnormal_codes_per_unit_ = 0.0f; // 2^(1 - bias), 2^(mantissa_bits - 1 + bias)
+  fp8_rounding rounding_{};
   std::array<float, 256> levels_{};
 };
 static_assert(Quantizer<fp8_codec>);

@@ -14,52 +14,17 @@
 #include <utility>
 #include <vector>
 import kvlab;
+#include "kernel_test_helpers.hpp"
 
 namespace {
 
-std::vector<kvlab::isa> simd_isas() {
-  std::vector<kvlab::isa> isas;
-  for (const auto candidate : {kvlab::isa::avx2, kvlab::isa::avx512, kvlab::isa::avx512_vnni})
-    if (kvlab::cpu_supports(candidate)) isas.push_back(candidate);
-  return isas;
-}
+using kvlab_test::random_bytes;
+using kvlab_test::simd_isas;
 
 // Sums of up to a few hundred products of O(1) values: summation order changes the result
 // by a few ulps of the sum of magnitudes.
 void check_close(float simd, float reference, float magnitude) {
   BOOST_TEST(std::fabs(simd - reference) <= 1e-5f * (magnitude + 1.0f));
-}
-
-struct random_bytes {
-  kvlab::random_stream random{7, 11};
-  std::vector<std::uint8_t> operator()(std::size_t n) {
-    std::vector<std::uint8_t> out(n);
-    for (auto& b : out) b = static_cast<std::uint8_t>(random.next());
-    return out;
-  }
-  std::vector<float> floats(std::size_t n) {
-    std::vector<float> out(n);
-    for (auto& x : out) x = static_cast<float>(random.normal());
-    return out;
-  }
-};
-
-// Values whose quotients (x - zero) / scale fall exactly halfway between two codes, or one
-// ulp to either side: each group of `group` channels fits to zero 0 and a scale that fp16
-// holds exactly but whose reciprocal float does not.
-void halfway_quotients(std::vector<float>& x, std::size_t group, const kvlab::encoding_rule& rule) {
-  constexpr float step = 0x333p-13f; // 0.0999755859375
-  const bool symmetric = rule.fit == kvlab::uniform_fit::absmax;
-  const int codes = symmetric ? 2 * rule.offset : static_cast<int>(rule.max_code);
-  for (std::size_t c = 0; c < x.size(); ++c) {
-    const int m = static_cast<int>(c % static_cast<std::size_t>(codes)) - (symmetric ? rule.offset : 0);
-    float v = (static_cast<float>(m) + 0.5f) * step;
-    if (c % 3 == 1) v = std::nextafter(v, 1.0f);
-    if (c % 3 == 2) v = std::nextafter(v, -1.0f);
-    if (c % group == 0) v = symmetric ? static_cast<float>(rule.offset) * step : 0.0f; // absmax, or min
-    if (c % group == 1 && !symmetric) v = static_cast<float>(rule.max_code) * step;    // max
-    x[c] = v;
-  }
 }
 
 } // namespace
@@ -182,117 +147,6 @@ BOOST_AUTO_TEST_CASE(simd_softmax_matches_the_scalar_reference) {
     logits[7] = std::numeric_limits<float>::quiet_NaN();
     simd.softmax(logits.data(), logits.size());
     BOOST_TEST(std::isnan(logits[7]));
-  }
-}
-
-BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
-  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
-  random_bytes random;
-  const float thresholds[] = {-1.5f, -0.9f, -0.4f, -0.1f, 0.0f, 0.2f, 0.7f, 1.3f, 2.0f};
-  for (const auto isa : simd_isas()) {
-    const auto& simd = kvlab::kernels_for(isa);
-    for (unsigned bits = 1; bits <= 8; ++bits) {
-      for (const std::size_t n : {1u, 8u, 15u, 16u, 17u, 32u, 100u, 128u}) {
-        for (const std::size_t first : {0u, 1u, 2u, 32u}) {
-          BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << " bits " << bits << " n " << n << " first " << first) {
-            auto x = random.floats(n);
-            x[0] = 0.75f; // (0.75 - 0.5) / 0.5 = 0.5 exactly: a tie, rounded to even
-            const unsigned max_code = (1u << bits) - 1u;
-            const int offset = static_cast<int>(max_code / 2);
-            for (const float scale : {0.5f, 0.037f, 0.0f}) {
-              // Bytes outside [first, first + n) must survive: start both from the same noise.
-              auto packed_simd = random((first + n) * bits / 8 + 2);
-              auto packed_scalar = packed_simd;
-              simd.encode_uniform(x.data(), n, scale, 0.5f, offset, max_code, bits, packed_simd.data(), first);
-              scalar.encode_uniform(x.data(), n, scale, 0.5f, offset, max_code, bits, packed_scalar.data(), first);
-              BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
-              const unsigned count = std::min<unsigned>(max_code, 9);
-              simd.encode_nearest(x.data(), n, scale, -0.05f, thresholds, count, bits, packed_simd.data(), first);
-              scalar.encode_nearest(x.data(), n, scale, -0.05f, thresholds, count, bits, packed_scalar.data(), first);
-              BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-BOOST_AUTO_TEST_CASE(fused_record_encoder_writes_the_quantizers_records_byte_for_byte) {
-  // quantized_body::encode takes the fused encoder for int<b> and uint<b> (also under rht);
-  // its records must be the ones the quantizer's own fit, stored_params and per-element
-  // encode give, on every ISA, every width, odd head_dims and groups, fp16 and f32 params.
-  const auto& components = kvlab::builtin_registry();
-  std::vector<std::string> quantizers = {"rht(int4)", "rht(uint8)"};
-  for (unsigned bits = 1; bits <= 8; ++bits) {
-    if (bits >= 2) quantizers.push_back("int" + std::to_string(bits));
-    quantizers.push_back("uint" + std::to_string(bits));
-  }
-  const std::pair<std::size_t, const char*> shapes[] = {{37, "token"},      {64, "token"},      {21, "group(7)"},
-                                                        {48, "group(16)"},  {256, "group(16)"}, {128, "group(32)"},
-                                                        {544, "group(32)"}, {40, "group(20)"}};
-  random_bytes random;
-  std::vector<kvlab::isa> isas = simd_isas();
-  isas.push_back(kvlab::isa::scalar);
-  for (const auto& name : quantizers) {
-    const kvlab::any_quantizer q = components.make_quantizer(name);
-    const unsigned bits = q.bits();
-    for (const auto& [head_dim, granularity] : shapes) {
-      const auto shape = components.make_granularity(granularity).group_shape(head_dim);
-      for (const auto precision : {kvlab::param_precision::f16, kvlab::param_precision::f32}) {
-        kvlab::quantized_body body(q, shape, head_dim, precision, components.make_storage("flat"));
-        const auto& layout = body.layout();
-        // Trials 0-2 and 7-9: N(0, 9) data. 3: fp16-subnormal scales. 4: quotients halfway
-        // between codes and one ulp off. 5: f32-subnormal scales (fp16: 0). 6 (f32 only, fp16
-        // overflows): scales past 2^125 (int<b> up to 4 bits), whose reciprocals the SIMD
-        // encoders do not use.
-        for (int trial = 0; trial < 10; ++trial) {
-          if (trial == 6 && precision == kvlab::param_precision::f16) continue;
-          auto x = random.floats(head_dim);
-          const float spread = trial == 3 ? 1e-6f : trial == 5 ? 1e-39f : trial == 6 ? 3e37f : 3.0f;
-          for (auto& v : x) v *= spread;
-          if (trial == 4) halfway_quotients(x, shape.channels, q.encoding());
-          if (trial == 6 && q.encoding().fit == kvlab::uniform_fit::absmax)
-            for (std::size_t c = 1; c < head_dim; c += shape.channels) x[c] = 3.2e38f;
-          std::fill_n(x.begin(), shape.channels, 0.5f); // a constant group (scale 0)
-          if (trial == 1) std::fill_n(x.begin(), shape.channels, 0.0f);
-          if (trial < 4) x[head_dim - 1] = 0.25f * static_cast<float>(trial); // ties and signed zeros
-          std::vector<std::uint8_t> expected(layout.bytes(), 0);
-          std::vector<std::uint32_t> codes(head_dim);
-          for (std::size_t g = 0; g < layout.groups(); ++g) {
-            const auto values = std::span<const float>(x).subspan(g * shape.channels, shape.channels);
-            const auto p = kvlab::stored_params(q, values, precision);
-            const float params[2] = {p.scale, p.zero};
-            for (unsigned i = 0; i < layout.params_per_group; ++i) {
-              std::uint8_t* at =
-                  expected.data() + layout.code_bytes() + (g * layout.params_per_group + i) * layout.param_bytes;
-              const std::uint16_t half = kvlab::float_to_half_bits(params[i]);
-              std::memcpy(at, layout.param_bytes == 4 ? static_cast<const void*>(&params[i]) : &half,
-                          layout.param_bytes);
-            }
-            for (std::size_t c = 0; c < shape.channels; ++c) codes[g * shape.channels + c] = q.encode(values[c], p);
-          }
-          kvlab::pack_codes(codes, bits, std::span(expected).first(layout.code_bytes()));
-          for (const auto isa : isas) {
-            BOOST_TEST_CONTEXT(name << " " << granularity << " head_dim " << head_dim << " trial " << trial << " "
-                                    << kvlab::isa_name(isa)
-                                    << (precision == kvlab::param_precision::f32 ? " f32" : " f16")) {
-              std::vector<std::uint8_t> record(layout.bytes(), 0); // as the body's scratch: padding bits are kept
-              body.encode(x, kvlab::kernels_for(isa), record);
-              BOOST_TEST_REQUIRE(record == expected, boost::test_tools::per_element());
-            }
-          }
-        }
-        // A scale past fp16's range is the quantizer's error, not a silent infinity.
-        if (precision == kvlab::param_precision::f16) {
-          std::vector<float> huge(head_dim, 1e9f);
-          huge[0] = -1e9f;
-          std::vector<std::uint8_t> record(layout.bytes());
-          for (const auto isa : isas)
-            BOOST_CHECK_THROW(body.encode(huge, kvlab::kernels_for(isa), record), kvlab::error);
-        }
-      }
-    }
   }
 }
 
@@ -948,52 +802,6 @@ BOOST_AUTO_TEST_CASE(fixed_point_values_keep_fp32_accuracy) {
             BOOST_TEST((std::isnan(bad) ? std::isnan(bad_out[c]) : bad_out[c] == bad_floats[c]));
         }
       }
-    }
-  }
-}
-
-BOOST_AUTO_TEST_CASE(fp16_rows_convert_as_the_scalar_reference_on_every_isa) {
-  // The cache's fp16 tiers go through these: every ISA must give the reference's bits.
-  // Floats: random bit patterns (every class: subnormals, infinities, NaNs), values
-  // halfway between two halves (ties to even), the overflow threshold 65520 and the
-  // smallest subnormal's half; NaNs in the middle of a vector. Halves: all 65,536 (a NaN
-  // stays a NaN; signaling ones may come back quieted).
-  random_bytes random;
-  std::vector<float> floats(4099);
-  for (std::size_t i = 0; i < floats.size(); ++i) {
-    const auto bytes = random(4);
-    std::uint32_t bits;
-    std::memcpy(&bits, bytes.data(), 4);
-    if (i % 3 == 1) bits = (bits & 0x8000'0000u) | (0x3880'0000u + (bits & 0x07ff'e000u)) | 0x1000u; // a tie
-    floats[i] = std::bit_cast<float>(bits);
-  }
-  for (const float special : {65520.0f, 65519.99f, -65520.0f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, -0.0f, INFINITY})
-    floats.push_back(special);
-  floats[20] = NAN;
-  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
-  std::vector<std::uint16_t> expected(floats.size());
-  scalar.floats_to_f16(floats.data(), floats.size(), expected.data());
-  std::vector<std::uint16_t> halves(65536);
-  std::iota(halves.begin(), halves.end(), std::uint16_t{0});
-  std::vector<float> expected_floats(halves.size());
-  scalar.f16_to_floats(halves.data(), halves.size(), expected_floats.data());
-  for (const auto isa : simd_isas()) {
-    BOOST_TEST_CONTEXT(kvlab::isa_name(isa)) {
-      const auto& kernels = kvlab::kernels_for(isa);
-      for (const std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{16}, std::size_t{37}, floats.size()}) {
-        std::vector<std::uint16_t> out(n + 1, 0xABCD);
-        kernels.floats_to_f16(floats.data(), n, out.data());
-        BOOST_TEST(std::vector(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n)) ==
-                       std::vector(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(n)),
-                   boost::test_tools::per_element());
-        BOOST_TEST(out[n] == 0xABCD); // nothing written past n
-      }
-      std::vector<float> out(halves.size());
-      kernels.f16_to_floats(halves.data(), halves.size(), out.data());
-      for (std::size_t i = 0; i < halves.size(); ++i)
-        BOOST_TEST((std::isnan(expected_floats[i])
-                        ? std::isnan(out[i])
-                        : std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(expected_floats[i])));
     }
   }
 }

@@ -154,6 +154,11 @@ public:
     // record (false only when a parameter overflows fp16: the loop below reports it).
     if (rule_.fit && kernels.encode_uniform_record(format_, *rule_.fit, rule_.max_code, rows.data(), record.data()))
       return;
+    // Raw floats (f32, f16, bf16) have no parameters: one conversion of the whole token
+    // (a value that is not finite: the loop below reports it).
+    if (quantizer_.format() != element_format::codebook &&
+        kernels.encode_raw(format_.kind, rows.data(), layout_.head_dim, record.data()))
+      return;
     const std::size_t group_channels = layout_.group_channels;
     const bool by_kernel = quantizer_.format() == element_format::codebook && rule_.kind != encoding_kind::per_element;
     for (std::size_t g = 0; g < layout_.groups(); ++g) {
@@ -163,6 +168,8 @@ public:
       const std::size_t first = g * group_channels;
       if (!by_kernel) {
         quantizer_.encode(values, p, std::span(codes_).subspan(first, group_channels));
+      } else if (rule_.kind == encoding_kind::float8) {
+        kernels.encode_fp8(values.data(), group_channels, p.scale, *rule_.fp8, record.data() + first);
       } else if (rule_.kind == encoding_kind::uniform) {
         kernels.encode_uniform(values.data(), group_channels, p.scale, p.zero, rule_.offset, rule_.max_code,
                                layout_.bits, record.data(), first);
@@ -256,12 +263,12 @@ public:
     }
     if (layout_.block_tokens > 1) return decode_channel_blocks(first, count, out);
     const std::size_t group_channels = layout_.group_channels;
-    std::vector<std::uint32_t> codes(n);
+    decoded_codes_.resize(n);
     for (std::size_t t = 0; t < count; ++t) {
       const auto record = store_->record(first + t);
-      for (std::size_t c = 0; c < n; ++c) codes[c] = unpack_code(record, c, layout_.bits);
+      for (std::size_t c = 0; c < n; ++c) decoded_codes_[c] = unpack_code(record, c, layout_.bits);
       for (std::size_t g = 0; g < layout_.groups(); ++g)
-        quantizer_.decode(std::span(codes).subspan(g * group_channels, group_channels), read_params(record, g),
+        quantizer_.decode(std::span(decoded_codes_).subspan(g * group_channels, group_channels), read_params(record, g),
                           out.subspan(t * n + g * group_channels, group_channels));
     }
   }
@@ -516,7 +523,8 @@ private:
   std::vector<float> scale_bounds_;            // per group: the largest scale appended (fixed-point values' grid)
   std::vector<float> zero_bounds_;             // per group: the largest |zero| appended (the same)
   // Scratch of the const attention calls: a stream is read by one thread at a time.
-  mutable std::vector<float> scratch_; // per head: one block's level sums; or a column being encoded
+  mutable std::vector<float> scratch_;               // per head: one block's level sums; or a column being encoded
+  mutable std::vector<std::uint32_t> decoded_codes_; // scratch: one token's codes in the reference decoder
   mutable std::vector<kernels::channel_block> channel_blocks_; // per-channel keys: the runs of every block, or empty
   mutable std::vector<group_params> block_params_;             // one per-channel block's parameters (reference decode)
   mutable std::vector<float> block_scales_, block_zeros_, param_values_; // the same for attention

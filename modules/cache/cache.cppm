@@ -270,11 +270,11 @@ private:
     std::vector<double>& norms = key_norms_[i];
     const std::size_t n = k.evictable_tokens(), body_end = k.sink_tokens() + k.body_tokens();
     norms.resize(n);
-    std::vector<float> row(head_dim_);
+    key_row_.resize(head_dim_);
     const auto refresh = [&](std::size_t t) {
-      k.decode(t, row);
+      k.decode(t, key_row_);
       double squares = 0.0;
-      for (const float x : row) squares += double{x} * x;
+      for (const float x : key_row_) squares += double{x} * x;
       norms[t] = std::sqrt(squares);
     };
     for (std::size_t t = unchanged; t < body_end; ++t) refresh(t);
@@ -328,6 +328,7 @@ private:
   // Per (layer, KV head), per evictable token: its decoded key's L2 norm, when the policy
   // scores with it.
   std::vector<std::vector<double>> key_norms_;
+  std::vector<float> key_row_; // scratch: the key whose norm is being refreshed
 };
 
 } // namespace kvlab

@@ -217,10 +217,10 @@ public:
 private:
   void append_body(std::span<const float> rows, const kernel_table& kernels) {
     if (!quantizer_.rotates()) return body_.append(rows, kernels);
-    std::vector<float> rotated(rows.begin(), rows.end());
+    rotated_.assign(rows.begin(), rows.end()); // the scratch keeps its capacity: no allocation per append
     for (std::size_t r = 0; r < rows.size() / head_dim_; ++r)
-      quantizer_.rotate(std::span(rotated).subspan(r * head_dim_, head_dim_));
-    body_.append(rotated, kernels);
+      quantizer_.rotate(std::span(rotated_).subspan(r * head_dim_, head_dim_));
+    body_.append(std::span(rotated_).first(rows.size()), kernels);
   }
   // q . k = (R q) . (R k): a rotating quantizer's body is read with each query rotated once,
   // not every key un-rotated.
@@ -308,7 +308,7 @@ private:
   half_rows window_;
   std::size_t seen_ = 0;               // tokens ever appended
   std::vector<std::size_t> positions_; // of every held token, in held order
-  mutable std::vector<float> rotated_; // scratch: rotated queries or body value sums
+  mutable std::vector<float> rotated_; // scratch: rotated queries, body value sums, or rows being appended
   std::vector<float> block_;           // scratch: one block leaving the window
 };
 

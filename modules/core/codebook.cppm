@@ -17,11 +17,14 @@ export namespace kvlab {
 
 // How a quantizer picks codes, when kernels can do it for a whole group at once.
 enum class encoding_kind {
-  per_element, // only the quantizer's own encode() knows (e.g. fp8's sign-magnitude search)
+  per_element, // only the quantizer's own encode() knows
   uniform,     // code = clamp(round_to_even((x - zero) / scale) + offset, 0, max_code); offset if scale == 0
-  nearest      // code = number of thresholds below (x - zero) / scale (0 if scale == 0); levels ascending
+  nearest,     // code = number of thresholds below (x - zero) / scale (0 if scale == 0); levels ascending
+  float8       // code = fp8_code(x / scale, fp8) (0 if scale == 0); 8-bit codes
 };
 
+using kernels::fp8_code;
+using kernels::fp8_rounding;
 using kernels::uniform_fit;
 
 struct encoding_rule {
@@ -31,6 +34,7 @@ struct encoding_rule {
   std::span<const float> thresholds; // nearest: midpoints between adjacent ascending levels
   // uniform: set when fit() is this standard rule, so kernels fit and encode a record at once
   std::optional<uniform_fit> fit;
+  std::optional<fp8_rounding> fp8; // float8
 };
 
 // Midpoints between adjacent levels of an ascending codebook: the decision thresholds of

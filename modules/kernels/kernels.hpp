@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "fp8/rounding.hpp"
+
 namespace kvlab::kernels {
 
 // avx512_vnni: the AVX-512 kernels, with integer dot products for the keys of 4- and 8-bit
@@ -106,10 +108,14 @@ struct kernel_table {
   // (taken as 0 when scale == 0), thresholds ascending. Overwrites elements [first, first + n).
   void (*encode_nearest)(const float* x, std::size_t n, float scale, float zero, const float* thresholds,
                          unsigned threshold_count, unsigned bits, std::uint8_t* packed, std::size_t first);
+  // 8-bit float codes (fp8_e4m3, fp8_e4m3fnuz, fp8_e5m2), one byte each: codes[i] =
+  // fp8_code(x[i] / scale, r) for i < n, or 0 when scale == 0.
+  void (*encode_fp8)(const float* x, std::size_t n, float scale, const fp8_rounding& r, std::uint8_t* codes);
   // One per-token record of affine codes (f: head_dim, groups, bits, offset, parameters),
   // fitting each group by `fit` (scale divided in float, then rounded as stored: fp16 to
   // nearest even unless params_f32) and encoding it as encode_uniform does under the stored
-  // parameters. Returns false, the record unspecified, when a parameter overflows fp16.
+  // parameters. Returns false, the record unspecified, when a parameter overflows fp16 or
+  // a value is not finite.
   bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                 std::uint8_t* record);
   // Whole runs of records for the `heads` query heads of one GQA group, the attention hot
@@ -164,6 +170,12 @@ struct kernel_table {
   // a NaN stays a NaN) for i < n.
   void (*floats_to_f16)(const float* x, std::size_t n, std::uint16_t* out);
   void (*f16_to_floats)(const std::uint16_t* h, std::size_t n, float* out);
+  // A record of raw floats (kind f32, f16 or bf16) from x[0, n): f32 copied; f16 and bf16
+  // rounded to nearest even after saturating at the format's largest finite value (what
+  // the f16 and bf16 quantizers store; every NaN as float_to_half_bits or
+  // float_to_bf16_bits makes it). Returns whether every x[i] is finite (the cache rejects
+  // a token that is not).
+  bool (*encode_raw)(element_kind kind, const float* x, std::size_t n, std::uint8_t* out);
   // Softmax in place over scores[0, n), n >= 1: scores[i] = exp(scores[i] - max) / sum.
   // Returns the log-sum-exp, max + log(sum).
   float (*softmax)(float* scores, std::size_t n);

@@ -16,6 +16,7 @@ const kernel_table& scalar_kernels() noexcept {
       .decode_codes = scalar::decode_codes,
       .encode_uniform = scalar::encode_uniform,
       .encode_nearest = scalar::encode_nearest,
+      .encode_fp8 = scalar::encode_fp8,
       .encode_uniform_record = scalar::encode_uniform_record<scalar::absmax, scalar::min_max, scalar::encode_uniform>,
       .dot_records = scalar::dot_records,
       .axpy_records = scalar::axpy_records,
@@ -30,6 +31,7 @@ const kernel_table& scalar_kernels() noexcept {
       .axpy_bf16 = scalar::axpy_bf16,
       .floats_to_f16 = scalar::floats_to_f16,
       .f16_to_floats = scalar::f16_to_floats,
+      .encode_raw = scalar::encode_raw,
       .softmax = scalar::softmax};
   return table;
 }

@@ -25,6 +25,7 @@ constexpr kernel_table table_of_families(isa instruction_set) noexcept {
           .decode_codes = &codes::decode_codes,
           .encode_uniform = &encoders::encode_uniform,
           .encode_nearest = &encoders::encode_nearest,
+          .encode_fp8 = &encoders::encode_fp8,
           .encode_uniform_record = &encoders::encode_uniform_record,
           .dot_records = nullptr,
           .axpy_records = nullptr,
@@ -39,6 +40,7 @@ constexpr kernel_table table_of_families(isa instruction_set) noexcept {
           .axpy_bf16 = &rows::template axpy_row<&rows::load_bf16, 2, &scalar::load_bf16>,
           .floats_to_f16 = &rows::floats_to_f16,
           .f16_to_floats = &rows::f16_to_floats,
+          .encode_raw = &rows::encode_raw,
           .softmax = &softmax_kernels<Arch>::softmax};
 }
 

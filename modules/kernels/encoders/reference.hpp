@@ -33,6 +33,12 @@ inline void encode_nearest(const float* x, std::size_t n, float scale, float zer
     put_code(packed, first + i, bits, nearest_code(x[i], scale, zero, thresholds, count));
 }
 
+inline void encode_fp8(const float* x, std::size_t n, float scale, const fp8_rounding& r,
+                       std::uint8_t* codes) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    codes[i] = scale == 0.0f ? 0 : static_cast<std::uint8_t>(fp8_code(x[i] / scale, r));
+}
+
 // Rounds a group's fitted scale and zero as storage holds them and writes the first
 // params_per_group of them; false when one is not finite (or overflows fp16).
 template <auto to_half, auto from_half>
@@ -67,6 +73,9 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
   constexpr std::size_t batch = 64;
   float scales[batch], zeros[batch];
   const std::size_t n = f.group_channels, groups = f.groups();
+  // min and max may pass over a NaN: such a token is the caller's to report.
+  for (std::size_t i = 0; i < f.head_dim; ++i)
+    if (!std::isfinite(x[i])) return false;
   for (std::size_t first = 0; first < groups; first += batch) {
     const std::size_t count = std::min(batch, groups - first);
     for (std::size_t k = 0; k < count; ++k) {

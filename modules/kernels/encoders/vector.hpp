@@ -13,6 +13,7 @@ struct encoder_kernels : vector_basics<Arch> {
   using base::width, base::fmadd, base::reduce, base::reduce_four, base::max_op, base::min_op, base::abs_max,
       base::store_codes, base::lane, base::to_half, base::from_half, base::minus_nearest, base::round_to_int;
   using typename base::floats;
+  using typename base::ints;
 
   static float absmax(const float* x, std::size_t n) noexcept {
     floats m(0.0f);
@@ -45,7 +46,7 @@ struct encoder_kernels : vector_basics<Arch> {
   // fp16 rounding of fitted parameters (to nearest even, like float_to_half_bits) in one
 
   static bool vector_packable(unsigned bits, std::size_t first) noexcept {
-    return bits == 8 || (bits == 4 && first % 2 == 0);
+    return bits == 8 || (bits == 4 && first % 2 == 0) || (bits == 2 && first % 4 == 0);
   }
 
   static void encode_uniform(const float* x, std::size_t n, float scale, float zero, int offset, unsigned max_code,
@@ -78,15 +79,44 @@ struct encoder_kernels : vector_basics<Arch> {
     scalar::encode_nearest(x + i, n - i, scale, zero, thresholds, count, bits, packed, first + i);
   }
 
+  // fp8_code on every lane: the same float division, comparisons and integer rounding of
+  // the float's bits, both the subnormal and the normal code computed and one selected.
+  static void encode_fp8(const float* x, std::size_t n, float scale, const fp8_rounding& r,
+                         std::uint8_t* codes) noexcept {
+    if (scale == 0.0f) return static_cast<void>(std::memset(codes, 0, n));
+    const floats scales(scale), top(r.max_finite), smallest_normal(r.smallest_normal),
+        per_unit(r.subnormal_codes_per_unit), nothing(0.0f);
+    const int dropped = 23 - static_cast<int>(r.mantissa_bits);
+    const ints below_half((1 << (dropped - 1)) - 1), one(1), zero(0), sign(0x80),
+        rebias(static_cast<std::int32_t>(static_cast<std::uint32_t>(127 - r.bias) << r.mantissa_bits));
+    const auto as_ints = [](floats v) { return xsimd::bitwise_cast<ints>(v); };
+    const auto pick = [&](auto mask, ints yes, ints no) {
+      return as_ints(xsimd::select(mask, xsimd::bitwise_cast<floats>(yes), xsimd::bitwise_cast<floats>(no)));
+    };
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) {
+      const floats y = floats::load_unaligned(x + i) / scales, a = xsimd::abs(y);
+      const floats magnitude = xsimd::select(a < top, a, top); // NaN lanes are zeroed below
+      const ints bits = as_ints(magnitude);
+      const ints normal = ((bits + below_half + ((bits >> dropped) & one)) >> dropped) - rebias;
+      const ints subnormal = xsimd::to_int(xsimd::nearbyint(magnitude * per_unit));
+      ints code = pick(magnitude < smallest_normal, subnormal, normal);
+      code = pick(a > nothing, code, zero); // zero or NaN
+      const ints negative = (as_ints(y) >> 31) & sign;
+      store_codes(xsimd::select(code != zero, code | negative, zero), 8, codes, i);
+    }
+    scalar::encode_fp8(x + i, n - i, scale, r, codes + i);
+  }
+
   // --- Fused per-token record encoder -------------------------------------------------
 
-  // Records of 8- or 4-bit codes whose groups are whole vectors: the parameters of four
+  // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
   // groups at once (one lane each: one division, one fp16 round trip), and codes by
   // multiplying with the reciprocal of the scale instead of dividing by it. Other records
   // take the generic fused encoder.
   static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                     std::uint8_t* record) noexcept {
-    if ((f.bits != 8 && f.bits != 4) || f.group_channels % width != 0)
+    if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.group_channels % width != 0)
       return scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>(f, fit, max_code,
                                                                                                      x, record);
     const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
@@ -94,11 +124,12 @@ struct encoder_kernels : vector_basics<Arch> {
         if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
       return true;
     };
-    if (fit == uniform_fit::absmax)
-      return f.bits == 8 ? run.template operator()<uniform_fit::absmax, 8>()
-                         : run.template operator()<uniform_fit::absmax, 4>();
-    return f.bits == 8 ? run.template operator()<uniform_fit::min_max, 8>()
-                       : run.template operator()<uniform_fit::min_max, 4>();
+    const auto with_bits = [&]<uniform_fit Fit>() {
+      if (f.bits == 8) return run.template operator()<Fit, 8>();
+      return f.bits == 4 ? run.template operator()<Fit, 4>() : run.template operator()<Fit, 2>();
+    };
+    return fit == uniform_fit::absmax ? with_bits.template operator()<uniform_fit::absmax>()
+                                      : with_bits.template operator()<uniform_fit::min_max>();
   }
 
   // The (up to) four groups of a record from group `group` on.
@@ -109,14 +140,17 @@ struct encoder_kernels : vector_basics<Arch> {
     std::size_t count = 1; // the groups there are, without an integer division
     while (count < 4 && first + count * n < f.head_dim) ++count;
     floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
+    floats differences(0.0f); // sums of v - v: NaN once a value is NaN or infinite, else 0
     for (std::size_t k = 0; k < 4; ++k) {
       floats a(0.0f), b(0.0f);
       if (k < count) {
         const float* values = x + first + k * n;
         a = floats::load_unaligned(values);
         b = Fit == uniform_fit::absmax ? xsimd::abs(a) : a;
+        differences = differences + (a - a);
         for (std::size_t i = width; i < n; i += width) {
           const floats v = floats::load_unaligned(values + i);
+          differences = differences + (v - v);
           if constexpr (Fit == uniform_fit::absmax) {
             b = abs_max(b, v);
           } else {
@@ -128,6 +162,8 @@ struct encoder_kernels : vector_basics<Arch> {
       highs[k] = b;
       lows[k] = a;
     }
+    // min and max may pass over a NaN: such a token is the caller's to report.
+    if (!xsimd::all(differences == floats(0.0f))) return false;
     // The scalar reference's arithmetic, lane by lane (+0 for zeros, as it has them).
     const __m128 hi = _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
     __m128 scale, zero = _mm_setzero_ps();

@@ -2,7 +2,10 @@
 // are tested against, and the tail and odd-width fallback they call for what their vector loops do not cover.
 #pragma once
 #include "../half.hpp"
+#include "../kernels.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +54,21 @@ inline void floats_to_f16(const float* x, std::size_t n, std::uint16_t* out) noe
 }
 inline void f16_to_floats(const std::uint16_t* h, std::size_t n, float* out) noexcept {
   for (std::size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(h[i]);
+}
+
+inline constexpr float f16_max_finite = 65504.0f, bf16_max_finite = 0x1.fep127f;
+
+inline bool encode_raw(element_kind kind, const float* x, std::size_t n, std::uint8_t* out) noexcept {
+  bool finite = true;
+  for (std::size_t i = 0; i < n; ++i) finite = finite && std::isfinite(x[i]);
+  if (kind == element_kind::f32) return std::memcpy(out, x, n * sizeof(float)), finite;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t bits = kind == element_kind::f16
+                                   ? float_to_half_bits(std::clamp(x[i], -f16_max_finite, f16_max_finite))
+                                   : float_to_bf16_bits(std::clamp(x[i], -bf16_max_finite, bf16_max_finite));
+    std::memcpy(out + 2 * i, &bits, 2);
+  }
+  return finite;
 }
 
 } // namespace

@@ -180,6 +180,41 @@ struct row_kernels : record_runs<Arch> {
     }
     scalar::floats_to_f16(x + i, n - i, out + i);
   }
+  // f16: clamp, then the vector conversion (a vector holding a NaN element by element, as
+  // floats_to_f16). bf16: clamp, then the reference's rounding on the float's bits.
+  static bool encode_raw(element_kind kind, const float* x, std::size_t n, std::uint8_t* out) noexcept {
+    if (kind == element_kind::f32) return scalar::encode_raw(kind, x, n, out);
+    const bool half = kind == element_kind::f16;
+    const float top = half ? scalar::f16_max_finite : scalar::bf16_max_finite;
+    const floats high(top), low(-top), largest(std::numeric_limits<float>::max());
+    bool finite = true;
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) {
+      const floats v = floats::load_unaligned(x + i);
+      if (!xsimd::all(xsimd::abs(v) <= largest)) { // an infinity or a NaN
+        finite = false;
+        scalar::encode_raw(kind, x + i, width, out + 2 * i);
+        continue;
+      }
+      const floats clamped = xsimd::min(xsimd::max(v, low), high);
+      if (half) {
+        alignas(64) std::uint16_t halves[width];
+        store_f16(clamped, halves);
+        std::memcpy(out + 2 * i, halves, sizeof halves);
+        continue;
+      }
+      using words = xsimd::batch<std::uint32_t, Arch>;
+      const words bits = xsimd::bitwise_cast<words>(clamped);
+      alignas(64) std::uint32_t rounded[width];
+      ((bits + (words(0x7fffu) + ((bits >> 16) & words(1u)))) >> 16).store_aligned(rounded);
+      for (std::size_t k = 0; k < width; ++k) {
+        const auto word = static_cast<std::uint16_t>(rounded[k]);
+        std::memcpy(out + 2 * (i + k), &word, 2);
+      }
+    }
+    return scalar::encode_raw(kind, x + i, n - i, out + 2 * i) && finite;
+  }
+
   static void f16_to_floats(const std::uint16_t* h, std::size_t n, float* out) noexcept {
     std::size_t i = 0;
     for (; i + width <= n; i += width) load_f16(reinterpret_cast<const std::uint8_t*>(h + i)).store_unaligned(out + i);

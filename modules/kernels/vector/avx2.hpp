@@ -89,11 +89,17 @@ struct isa_ops<xsimd::fma3<xsimd::avx2>> : vector_types<xsimd::fma3<xsimd::avx2>
     return _mm256_castps256_ps128(op(w, floats(_mm256_permute2f128_ps(w, w, 0x01))));
   }
 
-  // Stores `width` codes (each < 2^bits) of 8 or 4 bits; 4-bit stores need `element` even.
+  // Stores `width` codes (each < 2^bits) of 8, 4 or 2 bits; 4-bit stores need `element`
+  // even, 2-bit ones a multiple of 4.
   static void store_codes(ints codes, unsigned bits, std::uint8_t* packed, std::size_t element) noexcept {
     const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
     const __m128i bytes = _mm_packus_epi16(words, words); // the codes as bytes, in order
     if (bits == 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element), bytes);
+    if (bits == 2) {
+      const auto two = static_cast<std::uint16_t>(pack_2_bit_codes(bytes));
+      std::memcpy(packed + element / 4, &two, 2);
+      return;
+    }
     // Byte k of (b | b >> 4) holds code 2k in its low and code 2k+1 in its high nibble.
     const __m128i paired = _mm_or_si128(bytes, _mm_srli_epi64(bytes, 4));
     const __m128i even_bytes =

@@ -91,9 +91,15 @@ struct isa_ops<xsimd::avx512bw> : fp8_decoding {
     return _mm512_castps512_ps128(op(w, floats(_mm512_shuffle_f32x4(w, w, 0xb1))));
   }
 
-  // Stores `width` codes (each < 2^bits) of 8 or 4 bits; 4-bit stores need `element` even.
+  // Stores `width` codes (each < 2^bits) of 8, 4 or 2 bits; 4-bit stores need `element`
+  // even, 2-bit ones a multiple of 4.
   static void store_codes(ints codes, unsigned bits, std::uint8_t* packed, std::size_t element) noexcept {
     if (bits == 8) return _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element), _mm512_cvtepi32_epi8(codes));
+    if (bits == 2) {
+      const std::int32_t four = pack_2_bit_codes(_mm512_cvtepi32_epi8(codes));
+      std::memcpy(packed + element / 4, &four, 4);
+      return;
+    }
     // The low byte of 64-bit lane k of (c | c >> 28) holds code 2k in its low and code 2k+1
     // in its high nibble.
     const __m128i pairs = _mm512_cvtepi64_epi8(_mm512_or_si512(codes, _mm512_srli_epi64(codes, 28)));

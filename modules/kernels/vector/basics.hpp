@@ -35,6 +35,16 @@ struct vector_types {
     return ints::load_aligned(lanes);
   }
 
+  // Byte codes below 4 (in bytes 0..15 of v) packed four to a byte, least significant
+  // first: byte k of the result holds codes 4k..4k+3 (a multiply-add joins pairs, another
+  // pairs of pairs).
+  static std::int32_t pack_2_bit_codes(__m128i v) noexcept {
+    const __m128i pairs = _mm_maddubs_epi16(v, _mm_set1_epi16(0x0401));      // c0 + 4 c1
+    const __m128i quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001)); // p0 + 16 p1
+    return _mm_cvtsi128_si32(
+        _mm_shuffle_epi8(quads, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)));
+  }
+
   // fp16 rounding of fitted parameters (to nearest even, like float_to_half_bits) in one
   // instruction each way.
   static std::uint16_t to_half(float x) noexcept { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
