@@ -217,7 +217,7 @@ BOOST_AUTO_TEST_CASE(simd_record_run_kernels_match_scalar_for_every_layout) {
                     scalar.axpy_records(f, &one, 1, 1, first + t * f.record_bytes, 1, &magnitudes[t * head_dim]);
                   }
                   for (auto& m : magnitudes) m = std::fabs(m);
-                  for (const std::size_t heads : {1u, 2u, 3u, 4u, 8u}) {
+                  for (const std::size_t heads : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u}) {
                     BOOST_TEST_CONTEXT(kvlab::isa_name(isa)
                                        << " kind " << static_cast<int>(kind) << " bits " << bits << " head_dim "
                                        << head_dim << " group " << group << " params " << params

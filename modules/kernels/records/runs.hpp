@@ -13,15 +13,29 @@ inline constexpr std::size_t max_groups = 64;
 
 // Internal linkage: each ISA's translation units keep their own copies.
 namespace {
-// Calls use.template operator()<H>() for the heads [h, h + H) of every pass.
-template <class Use>
+// Calls use.template operator()<H>() for the heads [h, h + H) of every pass, at most
+// MaxHeads (4 or 8) per pass.
+template <std::size_t MaxHeads = max_heads, class Use>
 inline void for_each_head_pass(std::size_t heads, Use&& use) noexcept {
-  for (std::size_t h = 0; h < heads; h += max_heads) {
-    switch (std::min(max_heads, heads - h)) {
+  static_assert(MaxHeads == 4 || MaxHeads == 8);
+  for (std::size_t h = 0; h < heads; h += MaxHeads) {
+    switch (std::min(MaxHeads, heads - h)) {
     case 1: use.template operator()<1>(h); break;
     case 2: use.template operator()<2>(h); break;
     case 3: use.template operator()<3>(h); break;
-    default: use.template operator()<4>(h); break;
+    case 4: use.template operator()<4>(h); break;
+    case 5:
+      if constexpr (MaxHeads == 8) use.template operator()<5>(h);
+      break;
+    case 6:
+      if constexpr (MaxHeads == 8) use.template operator()<6>(h);
+      break;
+    case 7:
+      if constexpr (MaxHeads == 8) use.template operator()<7>(h);
+      break;
+    default:
+      if constexpr (MaxHeads == 8) use.template operator()<8>(h);
+      break;
     }
   }
 }

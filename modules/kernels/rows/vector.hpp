@@ -144,13 +144,16 @@ struct row_kernels : record_runs<Arch> {
     case element_kind::table_codes: break;
     }
   }
+  // Heads per pass over the records: a GQA group of 8 reads its rows once with AVX-512 (32
+  // registers hold 8 heads' sums); AVX2's 16 registers hold 4 heads'.
+  static constexpr std::size_t heads_per_row_pass = width >= 16 ? 8 : 4;
   // dot_records and axpy_records for the formats this family serves.
   static void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
                           std::size_t count, float* scores, std::size_t stride) noexcept {
     const std::size_t n = f.head_dim;
     with_row_kind(f, [&]<floats (*load)(const std::uint8_t*), std::size_t bytes,
                          float (*scalar_load)(const std::uint8_t*, std::size_t)>() {
-      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+      for_each_head_pass<heads_per_row_pass>(heads, [&]<std::size_t H>(std::size_t h) {
         dot_rows<load, bytes, scalar_load, H>(f, queries + h * n, records, count, scores + h * stride, stride);
       });
     });
@@ -160,7 +163,7 @@ struct row_kernels : record_runs<Arch> {
     const std::size_t n = f.head_dim;
     with_row_kind(f, [&]<floats (*load)(const std::uint8_t*), std::size_t bytes,
                          float (*scalar_load)(const std::uint8_t*, std::size_t)>() {
-      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+      for_each_head_pass<heads_per_row_pass>(heads, [&]<std::size_t H>(std::size_t h) {
         axpy_rows<load, bytes, scalar_load, H>(f, weights + h * stride, stride, records, count, acc + h * n);
       });
     });
