@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -289,6 +290,35 @@ BOOST_AUTO_TEST_CASE(tier_and_storage_errors_name_the_problem) {
   std::vector<float> out(64);
   BOOST_CHECK_THROW(kvlab::decode_attention(cache, 0, std::vector<float>(64), out, kvlab::active_kernels()),
                     kvlab::error); // no tokens yet
+}
+
+// A token no tier can hold (beyond fp16 in a sink or the window, not finite in the body)
+// is refused whole: the stream neither counts it nor keeps a position for it, and the next
+// token takes its place.
+BOOST_AUTO_TEST_CASE(a_refused_token_leaves_no_trace_in_any_tier) {
+  std::vector<float> good(32, 0.5f), too_large(32, 0.5f), not_finite(32, 0.5f);
+  too_large[3] = 1e6f;
+  not_finite[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::pair<std::string, std::vector<float>>> cases{
+      {"k=int8@token,sinks=2", too_large},    // refused by the sinks
+      {"k=int8@token,residual=4", too_large}, // by the residual window
+      {"k=int8@token", not_finite}};          // by the body
+  for (const auto& [recipe, bad] : cases)
+    for (const std::size_t before : {0u, 1u, 3u}) {
+      if (recipe.find("sinks") != std::string::npos && before >= 2) continue; // the sinks are full
+      BOOST_TEST_CONTEXT(recipe << ", after " << before << " tokens") {
+        auto cache = make_cache(recipe, 1, 1, 32);
+        for (std::size_t t = 0; t < before; ++t) cache.append(0, 0, good, good);
+        BOOST_CHECK_THROW(cache.append(0, 0, bad, good), kvlab::error);
+        const kvlab::kv_stream& keys = cache.keys(0, 0);
+        BOOST_TEST(keys.tokens_seen() == before);
+        BOOST_TEST(keys.tokens() == before);
+        BOOST_TEST(keys.positions().size() == before);
+        cache.append(0, 0, good, good);
+        BOOST_TEST(keys.positions().size() == before + 1);
+        BOOST_TEST(keys.positions().back() == before);
+      }
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -110,10 +110,21 @@ public:
     if (token.size() != head_dim_)
       throw error("append: token has " + std::to_string(token.size()) + " channels, stream has head_dim " +
                   std::to_string(head_dim_));
-    positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens()), seen_++);
-    if (seen_ <= tiers_.sinks) return push_half(sinks_, token, kernels);
-    if (tiers_.residual == 0 && body_.block_tokens() == 1) return append_body(token, kernels);
+    // The token is the newest evictable one wherever it goes; it is counted only once a tier
+    // holds it, so a token that fails (a value fp16 cannot hold, say) leaves no trace.
+    const auto newest = positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens());
+    if (seen_ < tiers_.sinks) {
+      push_half(sinks_, token, kernels);
+      positions_.insert(newest, seen_++);
+      return;
+    }
+    if (tiers_.residual == 0 && body_.block_tokens() == 1) {
+      append_body(token, kernels);
+      positions_.insert(newest, seen_++);
+      return;
+    }
     push_half(window_, token, kernels);
+    positions_.insert(newest, seen_++);
     const std::size_t block = body_.block_tokens();
     while (window_tokens() >= tiers_.residual + block) {
       kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
