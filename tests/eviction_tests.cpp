@@ -100,6 +100,28 @@ BOOST_AUTO_TEST_CASE(compress_every_n_lets_the_cache_grow_between_compressions) 
   }
 }
 
+// top_scores against a full sort by (score, index), on scores with many ties: every count
+// of dropped tokens from none to past the one-pass path's limit, and a large selection.
+BOOST_AUTO_TEST_CASE(top_scores_keeps_what_a_full_sort_keeps_ties_to_the_more_recent) {
+  kvlab::random_stream random(7, 1);
+  for (const std::size_t n : std::vector<std::size_t>{1, 2, 9, 40, 1000})
+    for (std::size_t dropped = 0; dropped <= std::min<std::size_t>(n, 12); ++dropped) {
+      std::vector<double> scores(n);
+      for (auto& s : scores) s = std::floor(4.0 * random.uniform()); // values 0..3: ties everywhere
+      if (n > 3) scores[n / 2] = kvlab::protected_score;
+      std::vector<std::size_t> order(n);
+      for (std::size_t i = 0; i < n; ++i) order[i] = i;
+      std::ranges::sort(order, [&](std::size_t a, std::size_t b) {
+        return scores[a] > scores[b] || (scores[a] == scores[b] && a > b);
+      });
+      std::vector<std::size_t> expected(order.begin(), order.end() - static_cast<std::ptrdiff_t>(dropped));
+      std::ranges::sort(expected);
+      BOOST_TEST_CONTEXT("n " << n << ", dropped " << dropped) {
+        BOOST_TEST(kvlab::top_scores(scores, n - dropped) == expected, boost::test_tools::per_element());
+      }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(streaming_keeps_exactly_the_first_4_and_the_last_n) {
   const auto& data = small_llm();
   auto cache = make_cache("k=f16@token,v=uint4@group(16),evict=streaming(4,10)", data);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <iterator>
 #include <limits>
 #include <span>
 #include <string>
@@ -25,6 +27,14 @@ void fill(kvlab::kv_cache& cache, const kvlab::kv_data& data, std::size_t tokens
     for (std::size_t l = 0; l < data.layers(); ++l)
       for (std::size_t h = 0; h < data.kv_heads(); ++h)
         cache.append(l, h, data.keys.row(l, h, t), data.values.row(l, h, t));
+}
+
+// Every query head's row of token t in `layer`, q_heads x head_dim: decode attention's input.
+std::vector<float> query_rows(const kvlab::kv_data& data, std::size_t layer, std::size_t t) {
+  std::vector<float> queries;
+  for (std::size_t h = 0; h < data.q_heads(); ++h)
+    std::ranges::copy(data.queries.row(layer, h, t), std::back_inserter(queries));
+  return queries;
 }
 
 // Exact attention (double) over what the cache holds, decoded by the reference decoders.
@@ -153,9 +163,8 @@ BOOST_AUTO_TEST_CASE(flat_and_paged_storage_give_bit_identical_attention) {
     fill(paged, data, 333);
     const auto& kernels = kvlab::active_kernels();
     for (std::size_t layer = 0; layer < 2; ++layer) {
-      std::vector<float> queries(8 * 128), out_flat(8 * 128), out_paged(8 * 128);
-      for (std::size_t h = 0; h < 8; ++h)
-        std::ranges::copy(data.queries.row(layer, h, 332), queries.begin() + static_cast<std::ptrdiff_t>(h * 128));
+      const auto queries = query_rows(data, layer, 332);
+      std::vector<float> out_flat(8 * 128), out_paged(8 * 128);
       kvlab::decode_attention(flat, layer, queries, out_flat, kernels);
       kvlab::decode_attention(paged, layer, queries, out_paged, kernels);
       BOOST_TEST(out_flat == out_paged, base);
@@ -210,9 +219,8 @@ BOOST_AUTO_TEST_CASE(two_threads_give_bit_identical_attention) {
   const auto data = kvlab::load_data("synthetic:llm(L=1,H=4,Q=8,T=300,D=64,seed=9)");
   auto cache = make_cache("k=uint2@channel(32),v=int4@group(32),residual=32,sinks=2", 1, 4, 64);
   fill(cache, data, 300);
-  std::vector<float> queries(8 * 64), one(8 * 64), two(8 * 64);
-  for (std::size_t h = 0; h < 8; ++h)
-    std::ranges::copy(data.queries.row(0, h, 299), queries.begin() + static_cast<std::ptrdiff_t>(h * 64));
+  const auto queries = query_rows(data, 0, 299);
+  std::vector<float> one(8 * 64), two(8 * 64);
   kvlab::attention_trace trace_one, trace_two;
   kvlab::decode_attention(cache, 0, queries, one, kvlab::active_kernels(), &trace_one, 1);
   kvlab::decode_attention(cache, 0, queries, two, kvlab::active_kernels(), &trace_two, 2);
@@ -220,13 +228,32 @@ BOOST_AUTO_TEST_CASE(two_threads_give_bit_identical_attention) {
   BOOST_TEST(trace_one.probabilities == trace_two.probabilities);
 }
 
+// An eviction policy observing prefill tokens reads only the weights; they must be those
+// of full decode attention, bit for bit, whatever the thread count.
+BOOST_AUTO_TEST_CASE(attention_weights_are_the_decode_attention_trace) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=2,Q=8,T=200,D=64,seed=4)");
+  auto cache = make_cache("k=int4@group(32),v=int8@token,residual=16,sinks=2", 1, 2, 64);
+  fill(cache, data, 200);
+  const auto queries = query_rows(data, 0, 199);
+  std::vector<float> out(8 * 64);
+  kvlab::attention_trace full, weights_one, weights_two;
+  kvlab::decode_attention(cache, 0, queries, out, kvlab::active_kernels(), &full);
+  kvlab::attention_weights(cache, 0, queries, kvlab::active_kernels(), weights_one, 1);
+  kvlab::attention_weights(cache, 0, queries, kvlab::active_kernels(), weights_two, 2);
+  BOOST_TEST(full.probabilities.size() == 8u * 200u);
+  BOOST_TEST(weights_one.probabilities == full.probabilities);
+  BOOST_TEST(weights_one.log_sum_exp == full.log_sum_exp);
+  BOOST_TEST(weights_two.probabilities == full.probabilities);
+  BOOST_CHECK_THROW(kvlab::attention_weights(cache, 0, std::vector<float>(64), kvlab::active_kernels(), weights_one),
+                    kvlab::error);
+}
+
 BOOST_AUTO_TEST_CASE(decode_attention_over_f32_matches_the_double_reference) {
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=8,T=1024,D=128,seed=7)");
   auto cache = make_cache("k=f32@token,v=f32@token", 1, 2, 128);
   fill(cache, data, 1024);
-  std::vector<float> queries(8 * 128), out(8 * 128);
-  for (std::size_t h = 0; h < 8; ++h)
-    std::ranges::copy(data.queries.row(0, h, 1023), queries.begin() + static_cast<std::ptrdiff_t>(h * 128));
+  const auto queries = query_rows(data, 0, 1023);
+  std::vector<float> out(8 * 128);
   kvlab::decode_attention(cache, 0, queries, out, kvlab::active_kernels());
   for (std::size_t h = 0; h < 8; ++h) {
     std::vector<double> exact(128);
@@ -246,9 +273,8 @@ BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_
         BOOST_TEST_CONTEXT(recipe) {
           auto cache = make_cache(recipe, 1, 2, 64);
           fill(cache, data, 150);
-          std::vector<float> queries(4 * 64), out(4 * 64);
-          for (std::size_t h = 0; h < 4; ++h)
-            std::ranges::copy(data.queries.row(0, h, 149), queries.begin() + static_cast<std::ptrdiff_t>(h * 64));
+          const auto queries = query_rows(data, 0, 149);
+          std::vector<float> out(4 * 64);
           kvlab::attention_trace trace;
           kvlab::decode_attention(cache, 0, queries, out, kvlab::active_kernels(), &trace);
           for (std::size_t h = 0; h < 4; ++h) {

@@ -64,20 +64,22 @@ struct attention_trace {
   }
 };
 
-// Decode attention of every query head of `layer` over the compressed cache.
-// queries and out are q_heads x head_dim; query head h reads KV head h / (q_heads / kv_heads).
-// Per KV head, the query heads of its group share one pass over the keys' tiers (sinks,
-// body, window) through the fused kernels; each head takes one softmax over all its scores
-// (max-subtracted, the vector softmax kernel); then one shared pass over the values' tiers
-// accumulates every head's output. Nothing is dequantized into a buffer.
-inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
-                             std::span<float> out, const kernel_table& kernels, attention_trace* trace = nullptr,
-                             unsigned threads = 1) {
+} // namespace kvlab
+
+namespace kvlab {
+
+// One layer of decode attention (see decode_attention); `with_output` false skips the pass
+// over the values and fills only the trace.
+inline void attend_layer(const kv_cache& cache, std::size_t layer, std::span<const float> queries, std::span<float> out,
+                         bool with_output, const kernel_table& kernels, attention_trace* trace, unsigned threads) {
   const std::size_t head_dim = cache.head_dim();
   const std::size_t q_heads = queries.size() / head_dim;
-  if (q_heads == 0 || q_heads % cache.kv_heads() != 0 || queries.size() % head_dim != 0 || out.size() != queries.size())
+  if (q_heads == 0 || q_heads % cache.kv_heads() != 0 || queries.size() % head_dim != 0)
     throw error("decode_attention: " + std::to_string(queries.size()) + " query values do not form a multiple of " +
                 std::to_string(cache.kv_heads()) + " heads of " + std::to_string(head_dim));
+  if (with_output && out.size() != queries.size())
+    throw error("decode_attention: " + std::to_string(out.size()) + " output values for " +
+                std::to_string(queries.size()) + " query values");
   const std::size_t group = q_heads / cache.kv_heads();
   for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head)
     if (cache.keys(layer, kv_head).tokens() == 0)
@@ -110,6 +112,7 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
         trace->log_sum_exp[h] = log_sum_exp;
       }
     }
+    if (!with_output) return;
     const auto head_out = out.subspan(kv_head * group * head_dim, group * head_dim);
     std::ranges::fill(head_out, 0.0f);
     values.axpy_all(kernels, scores, group, head_out);
@@ -136,6 +139,30 @@ inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span
   }
   for (const auto& failure : failures)
     if (failure) std::rethrow_exception(failure);
+}
+
+} // namespace kvlab
+
+export namespace kvlab {
+
+// Decode attention of every query head of `layer` over the compressed cache.
+// queries and out are q_heads x head_dim; query head h reads KV head h / (q_heads / kv_heads).
+// Per KV head, the query heads of its group share one pass over the keys' tiers (sinks,
+// body, window) through the fused kernels; each head takes one softmax over all its scores
+// (max-subtracted, the vector softmax kernel); then one shared pass over the values' tiers
+// accumulates every head's output. Nothing is dequantized into a buffer.
+inline void decode_attention(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
+                             std::span<float> out, const kernel_table& kernels, attention_trace* trace = nullptr,
+                             unsigned threads = 1) {
+  attend_layer(cache, layer, queries, out, true, kernels, trace, threads);
+}
+
+// The softmax weights of decode attention alone (the trace), without reading the values:
+// what an eviction policy observes at a prefill token, whose attention output no one reads.
+// The weights are those decode_attention traces, bit for bit.
+inline void attention_weights(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
+                              const kernel_table& kernels, attention_trace& trace, unsigned threads = 1) {
+  attend_layer(cache, layer, queries, {}, false, kernels, &trace, threads);
 }
 
 } // namespace kvlab

@@ -223,8 +223,11 @@ private:
   void drop_all_but(std::size_t layer, std::size_t kv_head, const std::vector<std::size_t>& kept) {
     const std::size_t i = index(layer, kv_head), n = keys_[i].evictable_tokens();
     if (kept.size() == n) return;
+    // Held tokens before the first victim keep their places: the work starts there.
+    std::size_t unmoved = 0;
+    while (unmoved < kept.size() && kept[unmoved] == unmoved) ++unmoved;
     std::vector<std::size_t> victims;
-    for (std::size_t t = 0, next = 0; t < n; ++t)
+    for (std::size_t t = unmoved, next = unmoved; t < n; ++t)
       if (next < kept.size() && kept[next] == t)
         ++next;
       else
@@ -238,7 +241,7 @@ private:
     }
     for (auto* scores : {&accumulated_[i], &latest_[i], &key_norms_[i]}) {
       if (scores->empty()) continue; // key norms, for a policy that does not score with them
-      for (std::size_t j = 0; j < kept.size(); ++j) (*scores)[j] = (*scores)[kept[j]];
+      for (std::size_t j = unmoved; j < kept.size(); ++j) (*scores)[j] = (*scores)[kept[j]];
       scores->resize(kept.size());
     }
   }

@@ -150,8 +150,9 @@ public:
     erase_rows(sinks_, sinks);
     body_.erase(body);
     erase_rows(window_, window);
-    std::size_t next = 0, kept = 0;
-    for (std::size_t t = 0; t < positions_.size(); ++t)
+    if (sorted_tokens.empty()) return;
+    std::size_t next = 0, kept = sorted_tokens.front();
+    for (std::size_t t = kept; t < positions_.size(); ++t)
       if (next < sorted_tokens.size() && sorted_tokens[next] == t)
         ++next;
       else

@@ -3,6 +3,7 @@
 // and GQA aggregation are strategies (strategies/*.cppm); the cache runs them.
 module;
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -78,22 +79,45 @@ struct eviction_view {
 inline constexpr double protected_score = std::numeric_limits<double>::infinity();
 
 // Indices of the `keep` highest scores, ascending; ties keep the more recent token (the
-// larger index), so every choice is deterministic. O(n): a decode step that evicts one
-// token of a long context pays no sort.
+// larger index), so every choice is deterministic. O(n) and no sort: a decode step that
+// drops a few tokens of a long context finds them in one pass over the scores.
 inline std::vector<std::size_t> top_scores(std::span<const double> scores, std::size_t keep) {
   const std::size_t n = scores.size();
   keep = std::min(keep, n);
-  std::vector<std::size_t> kept;
-  kept.reserve(keep);
-  if (keep == n) {
-    for (std::size_t i = 0; i < n; ++i) kept.push_back(i);
-    return kept;
-  }
-  // The order is total (no two indices tie), so selection alone fixes the kept set: the
-  // (keep)-th best is the threshold, and one pass collects what ranks above it in order.
+  // The order is total (no two indices tie), so the kept set is fixed by selection alone.
   const auto better = [&](std::size_t a, std::size_t b) {
     return scores[a] > scores[b] || (scores[a] == scores[b] && a > b);
   };
+  std::vector<std::size_t> kept;
+  kept.reserve(keep);
+  const auto keep_all_but = [&](std::span<const std::size_t> sorted_dropped) {
+    for (std::size_t i = 0, next = 0; i < n; ++i)
+      if (next < sorted_dropped.size() && sorted_dropped[next] == i)
+        ++next;
+      else
+        kept.push_back(i);
+  };
+  const std::size_t dropped = n - keep;
+  constexpr std::size_t few = 8;
+  if (dropped <= few) {
+    // The `dropped` worst seen so far, best first: a later index replaces the best of them
+    // when it ranks below it.
+    std::array<std::size_t, few> worst{};
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < n && dropped > 0; ++i) {
+      if (count == dropped) {
+        if (!better(worst[0], i)) continue;
+        std::shift_left(worst.begin(), worst.begin() + static_cast<std::ptrdiff_t>(count--), 1);
+      }
+      std::size_t at = count++;
+      for (; at > 0 && better(i, worst[at - 1]); --at) worst[at] = worst[at - 1];
+      worst[at] = i;
+    }
+    std::sort(worst.begin(), worst.begin() + static_cast<std::ptrdiff_t>(count));
+    keep_all_but(std::span(worst).first(count));
+    return kept;
+  }
+  // Otherwise the (keep)-th best is the threshold, and one pass collects what ranks above it.
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::ranges::nth_element(order, order.begin() + static_cast<std::ptrdiff_t>(keep), better);

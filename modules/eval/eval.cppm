@@ -151,31 +151,48 @@ struct step_scratch {
   attention_trace trace;
 };
 
+// Token t's query rows of `layer` into scratch.queries (q_heads x head_dim).
+inline void load_queries(const kv_data& data, std::size_t layer, std::size_t t, step_scratch& scratch) {
+  const std::size_t head_dim = data.head_dim();
+  scratch.queries.resize(data.q_heads() * head_dim);
+  for (std::size_t h = 0; h < data.q_heads(); ++h)
+    std::ranges::copy(data.queries.row(layer, h, t),
+                      scratch.queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+}
+
+// The cache observes the weights in scratch.trace, every KV head of `layer`.
+inline void observe_trace(kv_cache& cache, const kv_data& data, std::size_t layer, const step_scratch& scratch) {
+  const std::size_t group = data.q_heads() / data.kv_heads();
+  for (std::size_t head = 0; head < data.kv_heads(); ++head)
+    cache.observe(layer, head, scratch.trace.group(head, group), group);
+}
+
 // Decode attention with the queries of token t in `layer` over the cache (scratch.out and
 // scratch.trace filled); the cache observes the step when `observe`.
 inline void attend_token(kv_cache& cache, const kv_data& data, std::size_t layer, std::size_t t, bool observe,
                          step_scratch& scratch, const kernel_table& kernels) {
-  const std::size_t head_dim = data.head_dim(), q_heads = data.q_heads(), group = q_heads / data.kv_heads();
-  scratch.queries.resize(q_heads * head_dim);
-  scratch.out.resize(q_heads * head_dim);
-  for (std::size_t h = 0; h < q_heads; ++h)
-    std::ranges::copy(data.queries.row(layer, h, t),
-                      scratch.queries.begin() + static_cast<std::ptrdiff_t>(h * head_dim));
+  load_queries(data, layer, t, scratch);
+  scratch.out.resize(scratch.queries.size());
   decode_attention(cache, layer, scratch.queries, scratch.out, kernels, &scratch.trace);
-  if (observe)
-    for (std::size_t head = 0; head < data.kv_heads(); ++head)
-      cache.observe(layer, head, scratch.trace.group(head, group), group);
+  if (observe) observe_trace(cache, data, layer, scratch);
+}
+
+// The cache observes token t's attention weights in `layer`. No metric reads a prefill
+// token's attention output, so it is not computed and the values are not read.
+inline void observe_token(kv_cache& cache, const kv_data& data, std::size_t layer, std::size_t t, step_scratch& scratch,
+                          const kernel_table& kernels) {
+  load_queries(data, layer, t, scratch);
+  attention_weights(cache, layer, scratch.queries, kernels, scratch.trace);
+  observe_trace(cache, data, layer, scratch);
 }
 
 // One prefill token as a model's prefill would treat it under the cache's policy: append,
-// attend and observe when the policy scores with this token's attention, compress when the
-// schedule says.
+// observe its attention when the policy scores with it, compress when the schedule says.
 inline void prefill_token(kv_cache& cache, const kv_data& data, std::size_t t, std::size_t prefill,
                           step_scratch& scratch, const kernel_table& kernels) {
   append_token(cache, data, t);
   if (cache.observes_prefill_token(t, prefill))
-    for (std::size_t layer = 0; layer < data.layers(); ++layer)
-      attend_token(cache, data, layer, t, true, scratch, kernels);
+    for (std::size_t layer = 0; layer < data.layers(); ++layer) observe_token(cache, data, layer, t, scratch, kernels);
   cache.token_done();
 }
 
