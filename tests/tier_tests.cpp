@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
-#include <iterator>
 #include <limits>
 #include <span>
 #include <string>
