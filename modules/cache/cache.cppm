@@ -104,8 +104,7 @@ public:
     append_to(values(layer, kv_head), value, "values");
     if (!policy_) return;
     const std::size_t i = index(layer, kv_head);
-    accumulated_[i].push_back(0.0);
-    latest_[i].push_back(0.0);
+    if (needs_.attention) accumulated_[i].push_back(0.0), latest_[i].push_back(0.0);
     if (needs_.key_norms) update_key_norms(i, unchanged);
   }
 
@@ -123,8 +122,9 @@ public:
 
   // Records one step's attention of the query heads of (layer, kv_head): `probabilities` is
   // group x tokens() (held order); each evictable key gets the mean or max over the group.
+  // A policy that does not score with attention ignores it.
   void observe(std::size_t layer, std::size_t kv_head, std::span<const float> probabilities, std::size_t group) {
-    if (!policy_) return;
+    if (!policy_ || !needs_.attention) return;
     const std::size_t i = index(layer, kv_head), held = keys_[i].tokens(), n = keys_[i].evictable_tokens();
     if (group == 0 || probabilities.size() != group * held)
       throw error("observe: expected " + std::to_string(group) + " x " + std::to_string(held) + " probabilities, got " +
@@ -239,11 +239,22 @@ private:
       keys_[i].erase(victims);
       values_[i].erase(victims);
     }
-    for (auto* scores : {&accumulated_[i], &latest_[i], &key_norms_[i]}) {
-      if (scores->empty()) continue; // key norms, for a policy that does not score with them
-      for (std::size_t j = unmoved; j < kept.size(); ++j) (*scores)[j] = (*scores)[kept[j]];
-      scores->resize(kept.size());
+    for (auto* scores : {&accumulated_[i], &latest_[i], &key_norms_[i]})
+      if (!scores->empty()) erase_sorted(*scores, victims); // empty: the policy does not score with them
+  }
+
+  // Erases the entries at `sorted` (ascending) from `scores`, moving each run between two
+  // victims down at once: a step has a few victims and thousands of entries after them.
+  static void erase_sorted(std::vector<double>& scores, std::span<const std::size_t> sorted) {
+    if (sorted.empty()) return;
+    auto kept_end = scores.begin() + static_cast<std::ptrdiff_t>(sorted.front());
+    for (std::size_t v = 0; v < sorted.size(); ++v) {
+      const auto run = scores.begin() + static_cast<std::ptrdiff_t>(sorted[v] + 1);
+      const auto run_end =
+          v + 1 < sorted.size() ? scores.begin() + static_cast<std::ptrdiff_t>(sorted[v + 1]) : scores.end();
+      kept_end = std::copy(run, run_end, kept_end);
     }
+    scores.erase(kept_end, scores.end());
   }
 
   // Tokens one KV head of `layer` keeps under uniform allocation: the policy's count, or

@@ -70,9 +70,9 @@ struct eviction_view {
   std::size_t tokens_seen = 0; // tokens ever appended to the stream
   std::size_t head_dim = 0;
   std::span<const std::size_t> positions; // position of each held token, ascending
-  std::span<const double> accumulated;    // per held token: attention summed over observed steps
-  std::span<const double> latest;         // per held token: attention at the latest observed step
-  std::span<const double> key_norms;      // per held token: its decoded key's L2 norm, when needs().key_norms
+  std::span<const double> accumulated; // per held token: attention summed over observed steps, when needs().attention
+  std::span<const double> latest;      // per held token: attention at the latest observed step, when needs().attention
+  std::span<const double> key_norms;   // per held token: its decoded key's L2 norm, when needs().key_norms
 };
 
 // Scores that always survive (when the budget allows): sinks, recent windows.
