@@ -154,6 +154,10 @@ public:
     // record (false only when a parameter overflows fp16: the loop below reports it).
     if (rule_.fit && kernels.encode_uniform_record(format_, *rule_.fit, rule_.max_code, rows.data(), record.data()))
       return;
+    // fp8: one kernel call scales and encodes every group (false: the loop below reports why).
+    if (rule_.kind == encoding_kind::float8 &&
+        kernels.encode_fp8_record(format_, *rule_.fp8, rows.data(), record.data()))
+      return;
     // Raw floats (f32, f16, bf16) have no parameters: one conversion of the whole token
     // (a value that is not finite: the loop below reports it).
     if (quantizer_.format() != element_format::codebook &&

@@ -118,6 +118,10 @@ struct kernel_table {
   // a value is not finite.
   bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                 std::uint8_t* record);
+  // One per-token record of 8-bit float codes: each group scaled by absmax / r.max_finite
+  // (rounded as stored) and encoded as encode_fp8 does under the stored scale. Returns
+  // false, the record unspecified, when a value or a scale is not finite.
+  bool (*encode_fp8_record)(const record_format& f, const fp8_rounding& r, const float* x, std::uint8_t* record);
   // Whole runs of records for the `heads` query heads of one GQA group, the attention hot
   // loop: each record is decoded once for all heads. Coded elements decode as
   // scale * level + (zero, minus scale * offset for affine codes).

@@ -98,6 +98,25 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
   return true;
 }
 
+// The fused per-token fp8 encoder: each group scaled by absmax / max_finite (rounded as
+// stored, as put_group_params does), then its codes as encode_fp8 gives them under the
+// stored scale. False, the record unspecified, when a value or the scale is not finite or
+// the largest code would decode past float's range: the caller's generic path reports it.
+template <auto absmax, auto encode_fp8, auto to_half = float_to_half_bits, auto from_half = half_bits_to_float>
+bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const float* x, std::uint8_t* record) noexcept {
+  // absmax may pass over a NaN: such a token is the caller's to report.
+  for (std::size_t i = 0; i < f.head_dim; ++i)
+    if (!std::isfinite(x[i])) return false;
+  const std::size_t n = f.group_channels;
+  for (std::size_t group = 0; group * n < f.head_dim; ++group) {
+    float scale = absmax(x + group * n, n) / r.max_finite, zero = 0.0f;
+    if (!put_group_params<to_half, from_half>(f, record, group, scale, zero)) return false;
+    if (!std::isfinite(scale * r.max_finite)) return false;
+    encode_fp8(x + group * n, n, scale, r, record + group * n);
+  }
+  return true;
+}
+
 inline float absmax(const float* x, std::size_t n) noexcept {
   float m = 0.0f;
   for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));

@@ -110,6 +110,12 @@ struct encoder_kernels : vector_basics<Arch> {
 
   // --- Fused per-token record encoder -------------------------------------------------
 
+  // fp8 records: the reference's steps over this ISA's absmax, fp8 codes and fp16 rounding.
+  static bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const float* x,
+                                std::uint8_t* record) noexcept {
+    return scalar::encode_fp8_record<&absmax, &encode_fp8, &to_half, &from_half>(f, r, x, record);
+  }
+
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
   // groups at once (one lane each: one division, one fp16 round trip), and codes by
   // multiplying with the reciprocal of the scale instead of dividing by it. Other records
