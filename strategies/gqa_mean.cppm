@@ -1,6 +1,7 @@
 // mean: a KV head's score for a key is the mean attention its query heads give the key.
 // Paper: the GQA support of Ada-KV, arXiv 2407.11550 (scores averaged over the query group).
 module;
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -13,12 +14,13 @@ struct group_mean {
   using component_concept = aggregation_tag;
   std::string name() const { return "mean"; }
   void combine(std::span<const float> probabilities, std::size_t group, std::span<double> scores) const {
+    // Head by head over all tokens: each token's sum adds its heads in order, as one loop per
+    // token would, and the pass over the tokens is contiguous.
     const std::size_t held = probabilities.size() / group;
-    for (std::size_t t = 0; t < scores.size(); ++t) {
-      double sum = 0.0;
-      for (std::size_t g = 0; g < group; ++g) sum += probabilities[g * held + t] / static_cast<double>(group);
-      scores[t] = sum;
-    }
+    std::ranges::fill(scores, 0.0);
+    for (std::size_t g = 0; g < group; ++g)
+      for (std::size_t t = 0; t < scores.size(); ++t)
+        scores[t] += probabilities[g * held + t] / static_cast<double>(group);
   }
 };
 static_assert(Aggregation<group_mean>);

@@ -3,6 +3,7 @@
 // out = softmax(q . K^T / sqrt(head_dim)) V, Vaswani et al., arXiv 1706.03762, sec. 3.2.1.
 module;
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <exception>
@@ -28,14 +29,25 @@ inline void exact_decode_attention(std::span<const float> query, std::span<const
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   std::vector<double> scores(tokens);
   if (dots) dots->resize(tokens);
+  // Each dot is summed channel by channel in order; eight tokens at a time keep eight
+  // independent sums in flight instead of waiting on one addition chain per token. The
+  // product of two floats is exact in double, so the sums are the same whether or not the
+  // compiler fuses the multiply-adds.
+  constexpr std::size_t lanes = 8;
+  const auto dot_tokens = [&](std::size_t first, std::size_t count) {
+    std::array<double, lanes> dot{};
+    for (std::size_t c = 0; c < head_dim; ++c)
+      for (std::size_t j = 0; j < count; ++j) dot[j] += double{query[c]} * double{keys[(first + j) * head_dim + c]};
+    for (std::size_t j = 0; j < count; ++j) {
+      if (dots) (*dots)[first + j] = dot[j];
+      scores[first + j] = dot[j] * scale;
+    }
+  };
+  std::size_t t = 0;
+  for (; t + lanes <= tokens; t += lanes) dot_tokens(t, lanes);
+  if (t < tokens) dot_tokens(t, tokens - t);
   double max_score = -INFINITY;
-  for (std::size_t t = 0; t < tokens; ++t) {
-    double dot = 0.0;
-    for (std::size_t c = 0; c < head_dim; ++c) dot += double{query[c]} * double{keys[t * head_dim + c]};
-    if (dots) (*dots)[t] = dot;
-    scores[t] = dot * scale;
-    max_score = std::max(max_score, scores[t]);
-  }
+  for (const double s : scores) max_score = std::max(max_score, s);
   double total = 0.0;
   for (auto& s : scores) total += (s = std::exp(s - max_score));
   std::ranges::fill(out, 0.0);
