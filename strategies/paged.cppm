@@ -67,8 +67,10 @@ public:
     for (std::size_t i = 0; i < sorted_indices.size(); ++i)
       if (sorted_indices[i] >= size_ || (i > 0 && sorted_indices[i] <= sorted_indices[i - 1]))
         throw error("paged storage: erase needs ascending, unique indices below " + std::to_string(size_));
-    std::size_t kept = 0, next_victim = 0;
-    for (std::size_t index = 0; index < size_; ++index) {
+    if (sorted_indices.empty()) return;
+    // Records before the first victim stay where they are.
+    std::size_t kept = sorted_indices.front(), next_victim = 0;
+    for (std::size_t index = kept; index < size_; ++index) {
       if (next_victim < sorted_indices.size() && sorted_indices[next_victim] == index) {
         ++next_victim;
         continue;

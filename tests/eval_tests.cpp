@@ -2,9 +2,11 @@
 #include <boost/test/unit_test.hpp>
 
 #include "test_files.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ios>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,6 +34,47 @@ BOOST_AUTO_TEST_CASE(exact_attention_of_identical_keys_is_the_mean_value) {
   kvlab::exact_decode_attention(query, keys, values, head_dim, out);
   BOOST_TEST(out[0] == 1.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(out[1] == 1.0, boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(exact_attention_of_a_group_is_each_head_alone_bit_for_bit) {
+  // 37 tokens: four blocks of eight and a partial one.
+  const std::size_t head_dim = 32, tokens = 37, heads = 4;
+  kvlab::random_stream random(7, 0);
+  const auto normal = [&](std::size_t n) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = static_cast<float>(random.normal());
+    return x;
+  };
+  const auto queries = normal(heads * head_dim), keys = normal(tokens * head_dim), values = normal(tokens * head_dim);
+  std::vector<double> out(heads * head_dim), probabilities, dots;
+  kvlab::exact_decode_attention(queries, keys, values, head_dim, out, &probabilities, &dots);
+  BOOST_TEST(probabilities.size() == heads * tokens);
+  BOOST_TEST(dots.size() == heads * tokens);
+  for (std::size_t h = 0; h < heads; ++h) {
+    std::vector<double> one_out(head_dim), one_probabilities, one_dots;
+    kvlab::exact_decode_attention(std::span(queries).subspan(h * head_dim, head_dim), keys, values, head_dim, one_out,
+                                  &one_probabilities, &one_dots);
+    for (std::size_t c = 0; c < head_dim; ++c) BOOST_TEST(out[h * head_dim + c] == one_out[c]);
+    for (std::size_t t = 0; t < tokens; ++t) {
+      BOOST_TEST(probabilities[h * tokens + t] == one_probabilities[t]);
+      BOOST_TEST(dots[h * tokens + t] == one_dots[t]);
+    }
+    // Against the plain definition: each dot in channel order, softmax, weighted sum.
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    double max_score = -INFINITY;
+    std::vector<double> p(tokens);
+    for (std::size_t t = 0; t < tokens; ++t) {
+      double dot = 0.0;
+      for (std::size_t c = 0; c < head_dim; ++c)
+        dot += double{queries[h * head_dim + c]} * double{keys[t * head_dim + c]};
+      BOOST_TEST(one_dots[t] == dot);
+      p[t] = dot * scale;
+      max_score = std::max(max_score, p[t]);
+    }
+    double total = 0.0;
+    for (auto& x : p) total += (x = std::exp(x - max_score));
+    for (std::size_t t = 0; t < tokens; ++t) BOOST_TEST(one_probabilities[t] == p[t] / total);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(int8_per_token_meets_the_fidelity_bar_and_counts_its_bytes) {
@@ -145,7 +188,7 @@ BOOST_AUTO_TEST_CASE(a_shared_exact_reference_gives_the_same_results_bit_for_bit
   const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=4,T=96,D=32,seed=5)");
   const kvlab::eval_options options{.decode_steps = 8};
   const auto exact = kvlab::compute_exact_attention(data, options.decode_steps);
-  BOOST_TEST(exact.entries.size() == 8u * 2 * 4);
+  BOOST_TEST(exact.entries.size() == 8u * 2 * 2); // decode steps x layers x KV heads
   for (const std::string recipe :
        {"k=int4@group(32),v=int4@group(32)", "k=uint2@channel(32),v=uint2@group(32),residual=16,evict=h2o(0.2,0.2)"}) {
     const auto r = kvlab::parse_recipe(recipe, components);

@@ -19,42 +19,54 @@ import kvlab.cache;
 
 export namespace kvlab {
 
-// Exact reference for one query head: keys and values are tokens x head_dim rows. When
-// `probabilities` is given it receives the softmax weight of every key, and `dots` q.k of
-// every key (unscaled).
-inline void exact_decode_attention(std::span<const float> query, std::span<const float> keys,
+// Exact reference for the query heads that share one KV head (queries and out: heads x
+// head_dim; one head is a group of one): keys and values are tokens x head_dim rows, read
+// once for the whole group. When `probabilities` is given it receives the softmax weight of
+// every key, and `dots` q.k of every key (unscaled), heads x tokens, head-major.
+inline void exact_decode_attention(std::span<const float> queries, std::span<const float> keys,
                                    std::span<const float> values, std::size_t head_dim, std::span<double> out,
                                    std::vector<double>* probabilities = nullptr, std::vector<double>* dots = nullptr) {
-  const std::size_t tokens = keys.size() / head_dim;
+  const std::size_t tokens = keys.size() / head_dim, heads = queries.size() / head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  std::vector<double> scores(tokens);
-  if (dots) dots->resize(tokens);
+  std::vector<double> scores(heads * tokens);
+  if (dots) dots->resize(heads * tokens);
   // Each dot is summed channel by channel in order; eight tokens at a time keep eight
-  // independent sums in flight instead of waiting on one addition chain per token. The
-  // product of two floats is exact in double, so the sums are the same whether or not the
-  // compiler fuses the multiply-adds.
+  // independent sums in flight instead of waiting on one addition chain per token, and the
+  // eight key rows stay in L1 for every head of the group. The product of two floats is
+  // exact in double, so the sums are the same whether or not the compiler fuses the
+  // multiply-adds.
   constexpr std::size_t lanes = 8;
   const auto dot_tokens = [&](std::size_t first, std::size_t count) {
-    std::array<double, lanes> dot{};
-    for (std::size_t c = 0; c < head_dim; ++c)
-      for (std::size_t j = 0; j < count; ++j) dot[j] += double{query[c]} * double{keys[(first + j) * head_dim + c]};
-    for (std::size_t j = 0; j < count; ++j) {
-      if (dots) (*dots)[first + j] = dot[j];
-      scores[first + j] = dot[j] * scale;
+    for (std::size_t h = 0; h < heads; ++h) {
+      const float* query = queries.data() + h * head_dim;
+      std::array<double, lanes> dot{};
+      for (std::size_t c = 0; c < head_dim; ++c)
+        for (std::size_t j = 0; j < count; ++j) dot[j] += double{query[c]} * double{keys[(first + j) * head_dim + c]};
+      for (std::size_t j = 0; j < count; ++j) {
+        const std::size_t i = h * tokens + first + j;
+        if (dots) (*dots)[i] = dot[j];
+        scores[i] = dot[j] * scale;
+      }
     }
   };
   std::size_t t = 0;
   for (; t + lanes <= tokens; t += lanes) dot_tokens(t, lanes);
   if (t < tokens) dot_tokens(t, tokens - t);
-  double max_score = -INFINITY;
-  for (const double s : scores) max_score = std::max(max_score, s);
-  double total = 0.0;
-  for (auto& s : scores) total += (s = std::exp(s - max_score));
-  std::ranges::fill(out, 0.0);
-  for (std::size_t t = 0; t < tokens; ++t) {
-    const double p = scores[t] /= total;
-    for (std::size_t c = 0; c < head_dim; ++c) out[c] += p * double{values[t * head_dim + c]};
+  for (std::size_t h = 0; h < heads; ++h) {
+    const auto head = std::span(scores).subspan(h * tokens, tokens);
+    double max_score = -INFINITY;
+    for (const double s : head) max_score = std::max(max_score, s);
+    double total = 0.0;
+    for (auto& s : head) total += (s = std::exp(s - max_score));
+    for (auto& s : head) s /= total;
   }
+  std::ranges::fill(out, 0.0);
+  for (t = 0; t < tokens; ++t)
+    for (std::size_t h = 0; h < heads; ++h) {
+      const double p = scores[h * tokens + t];
+      double* head_out = out.data() + h * head_dim;
+      for (std::size_t c = 0; c < head_dim; ++c) head_out[c] += p * double{values[t * head_dim + c]};
+    }
   if (probabilities) *probabilities = std::move(scores);
 }
 

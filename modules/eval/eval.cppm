@@ -69,28 +69,31 @@ struct eval_result {
 };
 
 // The part of an evaluation that depends on the data alone: for every decode step, layer
-// and query head, exact attention over the full history (double precision), its weights,
-// and q.k for every key. A sweep computes it once per dataset and shares it between its
-// recipes; evaluate computes each entry on the fly when given none.
+// and KV head, exact attention of its query heads over the full history (double
+// precision), their weights, and q.k for every key. A sweep computes it once per dataset
+// and shares it between its recipes; evaluate computes each entry on the fly when given none.
 struct exact_attention {
   struct entry {
-    std::vector<double> out;           // head_dim
-    std::vector<double> probabilities; // one per key so far
-    std::vector<double> dots;          // q.k per key so far, unscaled
+    std::vector<double> out;           // group x head_dim
+    std::vector<double> probabilities; // group x keys so far, head-major
+    std::vector<double> dots;          // q.k, group x keys so far, unscaled
   };
   std::size_t decode_steps = 0;
-  std::vector<entry> entries; // [(step * layers + layer) * q_heads + head]
+  std::vector<entry> entries; // [(step * layers + layer) * kv_heads + kv_head]
 };
 
-// Exact attention of query head h of `layer` at token t over tokens [0, t].
-inline void exact_entry(const kv_data& data, std::size_t layer, std::size_t h, std::size_t t,
+// Exact attention of the query heads of `kv_head` in `layer` at token t over tokens [0, t].
+inline void exact_entry(const kv_data& data, std::size_t layer, std::size_t kv_head, std::size_t t,
                         exact_attention::entry& e) {
   const std::size_t head_dim = data.head_dim(), group = data.q_heads() / data.kv_heads();
-  const auto query = data.queries.row(layer, h, t);
-  const auto keys = data.keys.stream(layer, h / group).first((t + 1) * head_dim);
-  const auto values = data.values.stream(layer, h / group).first((t + 1) * head_dim);
-  e.out.resize(head_dim);
-  exact_decode_attention(query, keys, values, head_dim, e.out, &e.probabilities, &e.dots);
+  std::vector<float> queries(group * head_dim);
+  for (std::size_t g = 0; g < group; ++g)
+    std::ranges::copy(data.queries.row(layer, kv_head * group + g, t),
+                      queries.begin() + static_cast<std::ptrdiff_t>(g * head_dim));
+  const auto keys = data.keys.stream(layer, kv_head).first((t + 1) * head_dim);
+  const auto values = data.values.stream(layer, kv_head).first((t + 1) * head_dim);
+  e.out.resize(group * head_dim);
+  exact_decode_attention(queries, keys, values, head_dim, e.out, &e.probabilities, &e.dots);
 }
 
 // Bytes compute_exact_attention would hold (to decide whether sharing it is worth it).
@@ -102,16 +105,17 @@ inline std::size_t exact_attention_bytes(const kv_data& data, std::size_t decode
 }
 
 inline exact_attention compute_exact_attention(const kv_data& data, std::size_t decode_steps) {
-  const std::size_t tokens = data.tokens(), layers = data.layers(), q_heads = data.q_heads();
+  const std::size_t tokens = data.tokens(), layers = data.layers(), kv_heads = data.kv_heads();
   if (decode_steps == 0 || decode_steps >= tokens)
     throw error("exact attention: " + std::to_string(decode_steps) + " decode steps do not fit " +
                 std::to_string(tokens) + " tokens");
   exact_attention exact{.decode_steps = decode_steps, .entries = {}};
-  exact.entries.resize(decode_steps * layers * q_heads);
+  exact.entries.resize(decode_steps * layers * kv_heads);
   for (std::size_t step = 0; step < decode_steps; ++step)
     for (std::size_t layer = 0; layer < layers; ++layer)
-      for (std::size_t h = 0; h < q_heads; ++h)
-        exact_entry(data, layer, h, tokens - decode_steps + step, exact.entries[(step * layers + layer) * q_heads + h]);
+      for (std::size_t head = 0; head < kv_heads; ++head)
+        exact_entry(data, layer, head, tokens - decode_steps + step,
+                    exact.entries[(step * layers + layer) * kv_heads + head]);
   return exact;
 }
 
@@ -252,7 +256,7 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
                 " tokens of data (at least one token is prefilled)");
   const std::size_t prefill = tokens - options.decode_steps;
   if (exact && (exact->decode_steps != options.decode_steps ||
-                exact->entries.size() != options.decode_steps * data.layers() * data.q_heads()))
+                exact->entries.size() != options.decode_steps * data.layers() * data.kv_heads()))
     throw error("evaluate: the shared exact attention was computed for other data or decode steps");
   const kernel_table& kernels = active_kernels();
   const std::vector<any_metric> metrics = options.metrics.empty() ? builtin_registry().every_metric() : options.metrics;
@@ -277,9 +281,10 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
       attend_token(cache, data, layer, t, cache.observes_decode_steps(), scratch, kernels);
       for (std::size_t h = 0; h < q_heads; ++h) {
         const auto query = data.queries.row(layer, h, t);
-        if (!exact) exact_entry(data, layer, h, t, computed);
+        if (!exact && h % group == 0) exact_entry(data, layer, h / group, t, computed);
         const exact_attention::entry& reference =
-            exact ? exact->entries[((t - prefill) * data.layers() + layer) * q_heads + h] : computed;
+            exact ? exact->entries[((t - prefill) * data.layers() + layer) * data.kv_heads() + h / group] : computed;
+        const std::size_t in_group = h % group, keys_so_far = t + 1;
         // The cache's weights by position; evicted keys weigh 0.
         const kv_stream& held = cache.keys(layer, h / group);
         approx_p.assign(t + 1, 0.0);
@@ -291,11 +296,12 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
                              .head = h,
                              .position = t,
                              .output = std::span<const float>(out).subspan(h * head_dim, head_dim),
-                             .exact_output = reference.out,
+                             .exact_output = std::span(reference.out).subspan(in_group * head_dim, head_dim),
                              .probabilities = approx_p,
-                             .exact_probabilities = reference.probabilities,
+                             .exact_probabilities =
+                                 std::span(reference.probabilities).subspan(in_group * keys_so_far, keys_so_far),
                              .dots = approx_ip,
-                             .exact_dots = reference.dots,
+                             .exact_dots = std::span(reference.dots).subspan(in_group * keys_so_far, keys_so_far),
                              .positions = held.positions()};
         for (std::size_t m = 0; m < metrics.size(); ++m) samples[m].push_back(metrics[m].measure(view));
       }

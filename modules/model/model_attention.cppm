@@ -98,18 +98,24 @@ private:
                      std::span<const float> output) {
     const std::size_t group = heads_ / kv_heads_;
     layer_attention_metrics& m = metrics_[layer];
+    const std::size_t keys_so_far = position + 1;
     for (std::size_t h = 0; h < heads_; ++h) {
-      const std::size_t stream = layer * kv_heads_ + h / group;
-      exact_out_.resize(head_dim_);
-      exact_decode_attention(queries.subspan(h * head_dim_, head_dim_), exact_keys_[stream], exact_values_[stream],
-                             head_dim_, exact_out_, &exact_p_);
-      m.attn_rel_l2.push_back(relative_l2(output.subspan(h * head_dim_, head_dim_), exact_out_));
+      const std::size_t stream = layer * kv_heads_ + h / group, in_group = h % group;
+      if (in_group == 0) { // the whole group at once: its keys and values are read once
+        exact_out_.resize(group * head_dim_);
+        exact_decode_attention(queries.subspan(h * head_dim_, group * head_dim_), exact_keys_[stream],
+                               exact_values_[stream], head_dim_, exact_out_, &exact_p_);
+      }
+      const auto exact_p = std::span<const double>(exact_p_).subspan(in_group * keys_so_far, keys_so_far);
+      m.attn_rel_l2.push_back(
+          relative_l2(output.subspan(h * head_dim_, head_dim_),
+                      std::span<const double>(exact_out_).subspan(in_group * head_dim_, head_dim_)));
       approx_p_.assign(position + 1, 0.0);
       const auto weights = trace_.head(h);
       const auto held = cache_.keys(layer, h / group).positions();
       for (std::size_t i = 0; i < weights.size(); ++i) approx_p_[held[i]] = weights[i];
-      m.score_kl.push_back(kl_divergence(exact_p_, approx_p_));
-      m.topk_recall.push_back(topk_recall(exact_p_, std::span<const double>(approx_p_), options_.top_k));
+      m.score_kl.push_back(kl_divergence(exact_p, approx_p_));
+      m.topk_recall.push_back(topk_recall(exact_p, std::span<const double>(approx_p_), options_.top_k));
     }
   }
 
