@@ -188,16 +188,19 @@ BOOST_AUTO_TEST_CASE(record_encoders_write_the_quantizers_records_byte_for_byte)
               BOOST_CHECK_THROW(body.encode(huge, kvlab::kernels_for(isa), record), kvlab::error);
             }
         }
-        // A value that is not finite is an error for every quantizer, raw floats included.
-        for (const float bad : {NAN, INFINITY}) {
-          std::vector<float> token(head_dim, 0.5f);
-          token[head_dim / 2] = bad;
-          std::vector<std::uint8_t> record(layout.bytes());
-          for (const auto isa : isas)
-            BOOST_TEST_CONTEXT(name << " " << granularity << " " << kvlab::isa_name(isa) << " " << bad) {
-              BOOST_CHECK_THROW(body.encode(token, kvlab::kernels_for(isa), record), kvlab::error);
-            }
-        }
+        // A value that is not finite is an error for every quantizer, raw floats included,
+        // in a whole vector of the token or in its last channel (a vector kernel's tail).
+        for (const float bad : {NAN, INFINITY, -INFINITY})
+          for (const std::size_t at : {head_dim / 2, head_dim - 1}) {
+            std::vector<float> token(head_dim, 0.5f);
+            token[at] = bad;
+            std::vector<std::uint8_t> record(layout.bytes());
+            for (const auto isa : isas)
+              BOOST_TEST_CONTEXT(name << " " << granularity << " " << kvlab::isa_name(isa) << " " << bad << " at "
+                                      << at) {
+                BOOST_CHECK_THROW(body.encode(token, kvlab::kernels_for(isa), record), kvlab::error);
+              }
+          }
       }
     }
   }

@@ -17,8 +17,9 @@ const kernel_table& scalar_kernels() noexcept {
       .encode_uniform = scalar::encode_uniform,
       .encode_nearest = scalar::encode_nearest,
       .encode_fp8 = scalar::encode_fp8,
-      .encode_uniform_record = scalar::encode_uniform_record<scalar::absmax, scalar::min_max, scalar::encode_uniform>,
-      .encode_fp8_record = scalar::encode_fp8_record<scalar::absmax, scalar::encode_fp8>,
+      .encode_uniform_record =
+          scalar::encode_uniform_record<scalar::all_finite, scalar::absmax, scalar::min_max, scalar::encode_uniform>,
+      .encode_fp8_record = scalar::encode_fp8_record<scalar::all_finite, scalar::absmax, scalar::encode_fp8>,
       .dot_records = scalar::dot_records,
       .axpy_records = scalar::axpy_records,
       .axpy_records_fixed = scalar::axpy_records_fixed,

@@ -64,7 +64,7 @@ bool put_group_params(const record_format& f, std::uint8_t* record, std::size_t 
 
 // The fused per-token encoder over a kernel set's statistics, uniform encoder and fp16
 // conversions (the scalar reference and every SIMD table share it, so they differ only in those).
-template <auto absmax, auto min_max, auto encode_uniform, auto to_half = float_to_half_bits,
+template <auto all_finite, auto absmax, auto min_max, auto encode_uniform, auto to_half = float_to_half_bits,
           auto from_half = half_bits_to_float>
 bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                            std::uint8_t* record) noexcept {
@@ -74,8 +74,7 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
   float scales[batch], zeros[batch];
   const std::size_t n = f.group_channels, groups = f.groups();
   // min and max may pass over a NaN: such a token is the caller's to report.
-  for (std::size_t i = 0; i < f.head_dim; ++i)
-    if (!std::isfinite(x[i])) return false;
+  if (!all_finite(x, f.head_dim)) return false;
   for (std::size_t first = 0; first < groups; first += batch) {
     const std::size_t count = std::min(batch, groups - first);
     for (std::size_t k = 0; k < count; ++k) {
@@ -102,11 +101,11 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
 // stored, as put_group_params does), then its codes as encode_fp8 gives them under the
 // stored scale. False, the record unspecified, when a value or the scale is not finite or
 // the largest code would decode past float's range: the caller's generic path reports it.
-template <auto absmax, auto encode_fp8, auto to_half = float_to_half_bits, auto from_half = half_bits_to_float>
+template <auto all_finite, auto absmax, auto encode_fp8, auto to_half = float_to_half_bits,
+          auto from_half = half_bits_to_float>
 bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const float* x, std::uint8_t* record) noexcept {
   // absmax may pass over a NaN: such a token is the caller's to report.
-  for (std::size_t i = 0; i < f.head_dim; ++i)
-    if (!std::isfinite(x[i])) return false;
+  if (!all_finite(x, f.head_dim)) return false;
   const std::size_t n = f.group_channels;
   for (std::size_t group = 0; group * n < f.head_dim; ++group) {
     float scale = absmax(x + group * n, n) / r.max_finite, zero = 0.0f;
@@ -114,6 +113,12 @@ bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const floa
     if (!std::isfinite(scale * r.max_finite)) return false;
     encode_fp8(x + group * n, n, scale, r, record + group * n);
   }
+  return true;
+}
+
+inline bool all_finite(const float* x, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
   return true;
 }
 

@@ -15,6 +15,17 @@ struct encoder_kernels : vector_basics<Arch> {
   using typename base::floats;
   using typename base::ints;
 
+  // No NaN or infinity among the values: v - v is 0 for a finite v and NaN otherwise.
+  static bool all_finite(const float* x, std::size_t n) noexcept {
+    floats differences(0.0f);
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) {
+      const floats v = floats::load_unaligned(x + i);
+      differences = differences + (v - v);
+    }
+    return xsimd::all(differences == floats(0.0f)) && scalar::all_finite(x + i, n - i);
+  }
+
   static float absmax(const float* x, std::size_t n) noexcept {
     floats m(0.0f);
     std::size_t i = 0;
@@ -113,7 +124,7 @@ struct encoder_kernels : vector_basics<Arch> {
   // fp8 records: the reference's steps over this ISA's absmax, fp8 codes and fp16 rounding.
   static bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const float* x,
                                 std::uint8_t* record) noexcept {
-    return scalar::encode_fp8_record<&absmax, &encode_fp8, &to_half, &from_half>(f, r, x, record);
+    return scalar::encode_fp8_record<&all_finite, &absmax, &encode_fp8, &to_half, &from_half>(f, r, x, record);
   }
 
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
@@ -123,8 +134,8 @@ struct encoder_kernels : vector_basics<Arch> {
   static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                     std::uint8_t* record) noexcept {
     if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.group_channels % width != 0)
-      return scalar::encode_uniform_record<&absmax, &min_max, &encode_uniform, &to_half, &from_half>(f, fit, max_code,
-                                                                                                     x, record);
+      return scalar::encode_uniform_record<&all_finite, &absmax, &min_max, &encode_uniform, &to_half, &from_half>(
+          f, fit, max_code, x, record);
     const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
       for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
         if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
