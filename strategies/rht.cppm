@@ -13,8 +13,10 @@ module;
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 export module kvlab.strategies.rht;
 import kvlab.core;
 
@@ -36,7 +38,8 @@ inline void walsh_hadamard(std::span<float> block) {
 class randomized_hadamard {
 public:
   using component_concept = quantizer_tag;
-  randomized_hadamard(any_quantizer inner, std::uint64_t seed) : inner_(std::move(inner)), seed_(seed) {}
+  randomized_hadamard(any_quantizer inner, std::uint64_t seed)
+      : inner_(std::move(inner)), seed_(seed), signs_(std::make_shared<const std::vector<float>>(signs(seed))) {}
   // Typed recipes: `rht{lloyd{3}}`, `rht{int_q{4}, 7}`.
   template <class Q>
     requires(!std::same_as<Q, randomized_hadamard> && Quantizer<Q>) // not a copy
@@ -69,10 +72,20 @@ public:
   static constexpr std::uint64_t default_seed = 0;
 
 private:
-  float sign(std::size_t index) const {
-    random_stream bits(seed_, index);
+  // Channel i's sign is the top bit of the first draw of stream i: the same for every token,
+  // so the first signs_kept of them are drawn once, when the quantizer is made, and shared
+  // by its copies (read-only, so threads may rotate at once).
+  static constexpr std::size_t signs_kept = 1024;
+  static float draw_sign(std::uint64_t seed, std::size_t index) {
+    random_stream bits(seed, index);
     return (bits.next() >> 63) ? -1.0f : 1.0f;
   }
+  static std::vector<float> signs(std::uint64_t seed) {
+    std::vector<float> kept(signs_kept);
+    for (std::size_t i = 0; i < signs_kept; ++i) kept[i] = draw_sign(seed, i);
+    return kept;
+  }
+  float sign(std::size_t index) const { return index < signs_kept ? (*signs_)[index] : draw_sign(seed_, index); }
   template <class F>
   static void for_each_block(std::span<float> token, F&& transform) {
     std::size_t start = 0;
@@ -85,6 +98,7 @@ private:
 
   any_quantizer inner_;
   std::uint64_t seed_;
+  std::shared_ptr<const std::vector<float>> signs_;
 };
 static_assert(Quantizer<randomized_hadamard>);
 static_assert(rotates_tokens<randomized_hadamard>);
