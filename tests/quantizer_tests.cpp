@@ -157,6 +157,22 @@ BOOST_AUTO_TEST_CASE(rht_lloyd_matches_turboquant_on_unit_vectors) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(rht_signs_are_the_top_bit_of_each_channels_stream_within_and_past_the_kept_ones) {
+  // Rotating e_i over one 2048-channel block gives sign(i) / sqrt(2048) in channel 0 (the
+  // first Hadamard row is all ones); sign(i) is the top bit of stream i's first draw.
+  const std::uint64_t seed = 3;
+  const auto q = components().make_quantizer("rht(f32,3)");
+  const std::size_t head_dim = 2048;
+  for (const std::size_t i : {0u, 5u, 1023u, 1024u, 1500u, 2047u}) {
+    std::vector<float> unit(head_dim, 0.0f);
+    unit[i] = 1.0f;
+    q.rotate(unit);
+    kvlab::random_stream bits(seed, i);
+    const float sign = (bits.next() >> 63) ? -1.0f : 1.0f;
+    BOOST_TEST(unit[0] == sign * (1.0f / std::sqrt(static_cast<float>(head_dim))), "channel " << i);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(rht_is_orthogonal_for_any_head_dim) {
   const auto q = components().make_quantizer("rht(f32,3)");
   for (const std::size_t head_dim : {1u, 7u, 64u, 96u, 100u, 128u}) {
