@@ -18,12 +18,13 @@ export namespace kvlab::strategies::flat {
 class contiguous_records final : public record_store {
 public:
   explicit contiguous_records(std::size_t record_bytes) : record_bytes_(record_bytes) {}
-  void append(std::span<const std::uint8_t> record) override {
-    if (record.size() != record_bytes_)
-      throw error("flat storage: record of " + std::to_string(record.size()) + " bytes, expected " +
-                  std::to_string(record_bytes_));
-    bytes_.insert(bytes_.end(), record.begin(), record.end());
+  std::span<std::uint8_t> append_slot() override {
+    const std::size_t end = bytes_.size();
+    bytes_.resize(end + record_bytes_);
+    return std::span(bytes_).subspan(end);
   }
+  void pop_back() override { bytes_.resize(bytes_.size() - record_bytes_); }
+  void reserve(std::size_t records) override { bytes_.reserve(bytes_.size() + records * record_bytes_); }
   std::span<const std::uint8_t> record(std::size_t index) const override {
     return live().subspan(index * record_bytes_, record_bytes_);
   }

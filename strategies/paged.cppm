@@ -45,14 +45,19 @@ public:
     for (auto& p : pages_) pool_->give_back(std::move(p), page_bytes());
   }
 
-  void append(std::span<const std::uint8_t> record) override {
-    if (record.size() != record_bytes_)
-      throw error("paged storage: record of " + std::to_string(record.size()) + " bytes, expected " +
-                  std::to_string(record_bytes_));
+  std::span<std::uint8_t> append_slot() override {
     if (size_ == pages_.size() * page_records_) pages_.push_back(pool_->take(page_bytes()));
-    std::memcpy(slot(size_), record.data(), record_bytes_);
-    ++size_;
+    return {slot(size_++), record_bytes_};
   }
+  void pop_back() override {
+    --size_;
+    if (size_ + page_records_ == pages_.size() * page_records_) {
+      pool_->give_back(std::move(pages_.back()), page_bytes());
+      pages_.pop_back();
+    }
+  }
+  // The page table grows without reallocating; pages come from the pool as records need them.
+  void reserve(std::size_t records) override { pages_.reserve((size_ + records + page_records_ - 1) / page_records_); }
   std::span<const std::uint8_t> record(std::size_t index) const override { return {slot(index), record_bytes_}; }
   std::span<const std::uint8_t> run(std::size_t first) const override {
     const std::size_t end = std::min(size_, (first / page_records_ + 1) * page_records_);

@@ -325,23 +325,56 @@ BOOST_AUTO_TEST_CASE(a_refused_token_leaves_no_trace_in_any_tier) {
   too_large[3] = 1e6f;
   not_finite[5] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<std::pair<std::string, std::vector<float>>> cases{
-      {"k=int8@token,sinks=2", too_large},    // refused by the sinks
-      {"k=int8@token,residual=4", too_large}, // by the residual window
-      {"k=int8@token", not_finite}};          // by the body
+      {"k=int8@token,sinks=2", too_large},          // refused by the sinks
+      {"k=int8@token,residual=4", too_large},       // by the residual window
+      {"k=int8@token", not_finite},                 // by the body
+      {"k=int8@token,store=paged(2)", not_finite}}; // by the body, on a page of its own or not
   for (const auto& [recipe, bad] : cases)
-    for (const std::size_t before : {0u, 1u, 3u}) {
+    for (const std::size_t before : {0u, 1u, 2u, 3u}) {
       if (recipe.find("sinks") != std::string::npos && before >= 2) continue; // the sinks are full
       BOOST_TEST_CONTEXT(recipe << ", after " << before << " tokens") {
         auto cache = make_cache(recipe, 1, 1, 32);
         for (std::size_t t = 0; t < before; ++t) cache.append(0, 0, good, good);
+        const std::size_t bytes = cache.bytes();
         BOOST_CHECK_THROW(cache.append(0, 0, bad, good), kvlab::error);
         const kvlab::kv_stream& keys = cache.keys(0, 0);
         BOOST_TEST(keys.tokens_seen() == before);
         BOOST_TEST(keys.tokens() == before);
         BOOST_TEST(keys.positions().size() == before);
+        BOOST_TEST(cache.bytes() == bytes); // storage gave back what the refused token took
         cache.append(0, 0, good, good);
         BOOST_TEST(keys.positions().size() == before + 1);
         BOOST_TEST(keys.positions().back() == before);
+        std::vector<float> decoded(32);
+        for (std::size_t t = 0; t <= before; ++t) { // every held token is the good one, exactly as encoded
+          keys.decode(t, decoded);
+          for (std::size_t c = 0; c < 32; ++c) BOOST_TEST(std::fabs(decoded[c] - 0.5f) < 0.01f);
+        }
+      }
+    }
+}
+
+// Keys and values of a token are one append: a value the cache refuses takes the key back
+// out, whichever tier the key went to, so both streams keep the same tokens.
+BOOST_AUTO_TEST_CASE(a_refused_value_takes_its_key_back_out) {
+  std::vector<float> good(32, 0.5f), not_finite(32, 0.5f);
+  not_finite[31] = std::numeric_limits<float>::infinity();
+  for (const std::string recipe :
+       {"k=int8@token,v=int8@token", "k=f16@token,v=int4@group(32),store=paged(2)", "k=int8@token,sinks=2",
+        "k=int8@token,residual=4", "k=uint2@channel(4),v=uint2@token,residual=2"})
+    for (const std::size_t before : {0u, 1u, 2u, 3u, 5u}) {
+      BOOST_TEST_CONTEXT(recipe << ", after " << before << " tokens") {
+        auto cache = make_cache(recipe, 1, 1, 32);
+        for (std::size_t t = 0; t < before; ++t) cache.append(0, 0, good, good);
+        const std::size_t bytes = cache.bytes();
+        BOOST_CHECK_THROW(cache.append(0, 0, good, not_finite), kvlab::error);
+        for (const kvlab::kv_stream* stream : {&cache.keys(0, 0), &cache.values(0, 0)}) {
+          BOOST_TEST(stream->tokens_seen() == before);
+          BOOST_TEST(stream->tokens() == before);
+        }
+        BOOST_TEST(cache.bytes() == bytes);
+        cache.append(0, 0, good, good);
+        BOOST_TEST(cache.keys(0, 0).tokens() == cache.values(0, 0).tokens());
       }
     }
 }

@@ -66,6 +66,7 @@ public:
     record_.resize(layout_.bytes());
     scale_bounds_.assign(layout_.groups(), 0.0f);
     zero_bounds_.assign(layout_.groups(), 0.0f);
+    previous_bounds_.assign(2 * layout_.groups(), 0.0f);
     scratch_.resize(std::max(layout_.block_tokens, head_dim));
     // Per-channel blocks are read one token row at a time with the parameters folded into
     // the query, so their kernel format is a parameterless row of codes.
@@ -84,6 +85,11 @@ public:
   const any_quantizer& quantizer() const noexcept { return quantizer_; }
   std::size_t block_tokens() const noexcept { return layout_.block_tokens; }
   std::size_t tokens() const noexcept { return store_->size(); }
+  // Room for `tokens` more tokens: appending them allocates nothing.
+  void reserve(std::size_t tokens) {
+    store_->reserve(tokens);
+    if (params_store_) params_store_->reserve(tokens / layout_.block_tokens + 1);
+  }
   // Codes, parameters, page padding and tables, and the live-token count of each
   // per-channel block once eviction has thinned one.
   std::size_t bytes() const noexcept {
@@ -101,22 +107,46 @@ public:
     if (rows.size() != layout_.block_tokens * layout_.head_dim)
       throw error("append: a block is " + std::to_string(layout_.block_tokens) + " x " +
                   std::to_string(layout_.head_dim) + " values, got " + std::to_string(rows.size()));
-    encode(rows, kernels, record_);
     if (layout_.block_tokens == 1) {
+      // Encoded where it is stored; a token that fails to encode leaves nothing behind.
+      const std::span<std::uint8_t> record = store_->append_slot();
+      try {
+        encode(rows, kernels, record);
+      } catch (...) {
+        store_->pop_back();
+        throw;
+      }
       if (kernels::fixed_point_values(format_))
         for (std::size_t g = 0; g < layout_.groups(); ++g) {
-          const group_params p = read_params(record_, g);
+          const group_params p = read_params(record, g);
+          previous_bounds_[2 * g] = scale_bounds_[g], previous_bounds_[2 * g + 1] = zero_bounds_[g];
           scale_bounds_[g] = std::max(scale_bounds_[g], p.scale);
           zero_bounds_[g] = std::max(zero_bounds_[g], std::fabs(p.zero));
         }
-      return store_->append(record_);
+      return;
     }
+    encode(rows, kernels, record_);
     const std::size_t row_bytes = layout_.row_code_bytes();
     for (std::size_t j = 0; j < layout_.block_tokens; ++j)
       store_->append(std::span(record_).subspan(j * row_bytes, row_bytes));
     if (params_store_) params_store_->append(std::span(record_).subspan(layout_.code_bytes()));
     channel_blocks_.clear(); // the stores may have moved their records
     if (!block_sizes_.empty()) block_sizes_.push_back(static_cast<std::uint16_t>(layout_.block_tokens));
+  }
+
+  // Removes the block appended last (its token was refused after all), as if it had never
+  // been appended: storage, block sizes and the value grid's bounds.
+  void pop_back_block() {
+    for (std::size_t j = 0; j < layout_.block_tokens; ++j) store_->pop_back();
+    if (layout_.block_tokens == 1) {
+      if (kernels::fixed_point_values(format_))
+        for (std::size_t g = 0; g < layout_.groups(); ++g)
+          scale_bounds_[g] = previous_bounds_[2 * g], zero_bounds_[g] = previous_bounds_[2 * g + 1];
+      return;
+    }
+    if (params_store_) params_store_->pop_back();
+    channel_blocks_.clear();
+    if (!block_sizes_.empty()) block_sizes_.pop_back();
   }
 
   // Removes body tokens (ascending, unique indices); storage compacts and releases what
@@ -523,9 +553,10 @@ private:
   std::unique_ptr<record_store> params_store_; // per-channel blocks: one parameter record per block
   std::vector<std::uint16_t> block_sizes_;     // live tokens per per-channel block; empty while all are full
   std::vector<std::uint32_t> codes_;           // scratch: one block's codes before packing
-  std::vector<std::uint8_t> record_;           // scratch: one record before it is stored
+  std::vector<std::uint8_t> record_;           // scratch: one per-channel block before its rows are stored
   std::vector<float> scale_bounds_;            // per group: the largest scale appended (fixed-point values' grid)
   std::vector<float> zero_bounds_;             // per group: the largest |zero| appended (the same)
+  std::vector<float> previous_bounds_;         // per group: scale and zero bounds before the last append
   // Scratch of the const attention calls: a stream is read by one thread at a time.
   mutable std::vector<float> scratch_;               // per head: one block's level sums; or a column being encoded
   mutable std::vector<std::uint32_t> decoded_codes_; // scratch: one token's codes in the reference decoder

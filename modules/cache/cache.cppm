@@ -88,6 +88,14 @@ public:
   const kv_stream& keys(std::size_t layer, std::size_t kv_head) const { return keys_.at(index(layer, kv_head)); }
   const kv_stream& values(std::size_t layer, std::size_t kv_head) const { return values_.at(index(layer, kv_head)); }
 
+  // Room for `tokens` more tokens in every KV head of `layer`, before a chunk of appends.
+  void reserve(std::size_t layer, std::size_t tokens) {
+    for (std::size_t h = 0; h < kv_heads_; ++h) {
+      keys(layer, h).reserve(tokens);
+      values(layer, h).reserve(tokens);
+    }
+  }
+
   void append(std::size_t layer, std::size_t kv_head, std::span<const float> key, std::span<const float> value) {
     const auto append_to = [&](kv_stream& stream, std::span<const float> row, const char* tensor) {
       const std::size_t token = stream.tokens_seen();
@@ -101,7 +109,12 @@ public:
     kv_stream& k = keys(layer, kv_head);
     const std::size_t unchanged = k.sink_tokens() + k.body_tokens(); // held tokens this append cannot re-encode
     append_to(k, key, "keys");
-    append_to(values(layer, kv_head), value, "values");
+    try {
+      append_to(values(layer, kv_head), value, "values");
+    } catch (const error&) {
+      k.take_back_newest(); // both streams keep the same tokens
+      throw;
+    }
     if (!policy_) return;
     const std::size_t i = index(layer, kv_head);
     if (needs_.attention) accumulated_[i].push_back(0.0), latest_[i].push_back(0.0);
@@ -198,6 +211,7 @@ public:
     if (keys_rows.size() != kv_heads_ * tokens * head_dim_ || values_rows.size() != keys_rows.size())
       throw error("prefill: expected " + std::to_string(kv_heads_) + " heads x " + std::to_string(tokens) +
                   " tokens x " + std::to_string(head_dim_) + " values for keys and values");
+    reserve(layer, tokens);
     for (std::size_t h = 0; h < kv_heads_; ++h)
       for (std::size_t t = 0; t < tokens; ++t) {
         const std::size_t at = (h * tokens + t) * head_dim_;

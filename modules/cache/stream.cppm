@@ -51,10 +51,10 @@ struct half_rows {
   std::size_t size() const noexcept { return values.size() - start; } // live values
   const std::uint16_t* data() const noexcept { return values.data() + start; }
   std::uint16_t operator[](std::size_t i) const noexcept { return values[start + i]; }
-  void drop_front(std::size_t n) {
-    start += n;
-    if (start >= size()) compact();
-  }
+  // The dropped rows stay in memory until the next push (push_half compacts), so the
+  // append that dropped them can still be taken back.
+  void drop_front(std::size_t n) { start += n; }
+  void restore_front(std::size_t n) { start -= n; }
   void compact() {
     values.erase(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(start));
     start = 0;
@@ -106,37 +106,63 @@ public:
     return 2 * (sinks_.size() + window_.size()) + body_.bytes() + (demoted_ ? demoted_->bytes() : 0);
   }
 
+  // Room for `tokens` more tokens (a prefill chunk): appending them grows no storage.
+  void reserve(std::size_t tokens) {
+    body_.reserve(tokens);
+    positions_.reserve(positions_.size() + tokens);
+  }
+
   void append(std::span<const float> token, const kernel_table& kernels) {
     if (token.size() != head_dim_)
       throw error("append: token has " + std::to_string(token.size()) + " channels, stream has head_dim " +
                   std::to_string(head_dim_));
     // The token is the newest evictable one wherever it goes; it is counted only once a tier
     // holds it, so a token that fails (a value fp16 cannot hold, say) leaves no trace.
-    const auto newest = positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens());
+    const std::size_t newest = evictable_tokens();
+    last_append_ = {};
     if (seen_ < tiers_.sinks) {
       push_half(sinks_, token, kernels);
-      positions_.insert(newest, seen_++);
-      return;
-    }
-    if (tiers_.residual == 0 && body_.block_tokens() == 1) {
+      last_append_.tier = newest_tier::sinks;
+    } else if (tiers_.residual == 0 && body_.block_tokens() == 1) {
       append_body(token, kernels);
-      positions_.insert(newest, seen_++);
-      return;
+      last_append_.tier = newest_tier::body;
+    } else {
+      push_half(window_, token, kernels);
+      last_append_.tier = newest_tier::window;
+      const std::size_t block = body_.block_tokens();
+      try {
+        while (window_tokens() >= tiers_.residual + block) {
+          kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
+          append_body(block_, kernels);
+          window_.drop_front(block * head_dim_);
+          ++last_append_.blocks_flushed;
+        }
+      } catch (const error&) {
+        take_back_window_token();
+        throw;
+      }
     }
-    push_half(window_, token, kernels);
-    positions_.insert(newest, seen_++);
-    const std::size_t block = body_.block_tokens();
-    while (window_tokens() >= tiers_.residual + block) {
-      kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
-      append_body(block_, kernels);
-      window_.drop_front(block * head_dim_);
-    }
+    positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(newest), seen_++);
+  }
+
+  // Takes back the token appended last, which must have been appended since the last
+  // erase or demotion: every tier is as it was before. The cache calls it when a token's
+  // value is refused after its key was taken, so both streams keep the same tokens.
+  void take_back_newest() {
+    if (last_append_.tier == newest_tier::none) throw error("take_back_newest: no append to take back");
+    positions_.erase(positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens() - 1));
+    --seen_;
+    if (last_append_.tier == newest_tier::sinks) sinks_.values.resize(sinks_.values.size() - head_dim_);
+    if (last_append_.tier == newest_tier::body) body_.pop_back_block();
+    if (last_append_.tier == newest_tier::window) take_back_window_token();
+    last_append_ = {};
   }
 
   // Removes evictable tokens (held indices below evictable_tokens(), ascending and unique)
   // from whichever tier holds them; storage frees what they used.
   void erase(std::span<const std::size_t> sorted_tokens) {
     check_evictable(sorted_tokens);
+    last_append_ = {};
     const std::size_t body_start = sink_tokens(), window_start = body_start + body_tokens();
     std::vector<std::size_t> sinks, body, window;
     for (const std::size_t t : sorted_tokens) {
@@ -227,6 +253,23 @@ public:
   void decode(std::size_t token, std::span<float> out) const { decode(token, 1, out.first(head_dim_)); }
 
 private:
+  // Where the last append put its token, and how many blocks it moved from the window to
+  // the body.
+  enum class newest_tier { none, sinks, body, window };
+  struct last_append {
+    newest_tier tier = newest_tier::none;
+    std::size_t blocks_flushed = 0;
+  };
+
+  // The newest window token out, and the blocks its append moved to the body back in.
+  void take_back_window_token() {
+    for (; last_append_.blocks_flushed > 0; --last_append_.blocks_flushed) {
+      body_.pop_back_block();
+      window_.restore_front(body_.block_tokens() * head_dim_);
+    }
+    window_.values.resize(window_.values.size() - head_dim_);
+  }
+
   void append_body(std::span<const float> rows, const kernel_table& kernels) {
     if (!quantizer_.rotates()) return body_.append(rows, kernels);
     rotated_.assign(rows.begin(), rows.end()); // the scratch keeps its capacity: no allocation per append
@@ -283,6 +326,7 @@ private:
   }
   // fp16 holds magnitudes up to 65504; a larger value would be stored as infinity.
   static void push_half(half_rows& rows, std::span<const float> token, const kernel_table& kernels) {
+    if (rows.start >= rows.size()) rows.compact(); // the dead prefix outgrew the live rows
     const std::size_t end = rows.values.size();
     rows.values.resize(end + token.size());
     kernels.floats_to_f16(token.data(), token.size(), rows.values.data() + end);
@@ -319,6 +363,7 @@ private:
   half_rows sinks_;
   half_rows window_;
   std::size_t seen_ = 0;               // tokens ever appended
+  last_append last_append_;            // what take_back_newest() undoes
   std::vector<std::size_t> positions_; // of every held token, in held order
   mutable std::vector<float> rotated_; // scratch: rotated queries, body value sums, or rows being appended
   std::vector<float> block_;           // scratch: one block leaving the window

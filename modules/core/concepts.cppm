@@ -8,6 +8,7 @@ module;
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -189,7 +190,19 @@ concept Aggregation =
 class record_store {
 public:
   virtual ~record_store() = default;
-  virtual void append(std::span<const std::uint8_t> record) = 0;
+  // Adds one record at the end and returns its bytes for the caller to fill: encoders write
+  // a record where it is stored, with no copy through a scratch record.
+  virtual std::span<std::uint8_t> append_slot() = 0;
+  // Removes the last record (one whose encoding failed after append_slot()).
+  virtual void pop_back() = 0;
+  // Makes room for `records` more records, so that appending them allocates nothing.
+  virtual void reserve(std::size_t records) = 0;
+  void append(std::span<const std::uint8_t> record) {
+    if (record.size() != record_bytes())
+      throw error("storage: record of " + std::to_string(record.size()) + " bytes, expected " +
+                  std::to_string(record_bytes()));
+    std::memcpy(append_slot().data(), record.data(), record.size());
+  }
   virtual std::span<const std::uint8_t> record(std::size_t index) const = 0;
   // Records first, first + 1, ... that lie contiguously in memory, as one span of whole
   // records (at least one): kernels stream through a run without per-record calls.

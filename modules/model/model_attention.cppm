@@ -55,6 +55,7 @@ public:
     using clock = std::chrono::steady_clock;
     const std::size_t kv_width = kv_heads_ * head_dim_, q_width = heads_ * head_dim_, group = heads_ / kv_heads_;
     const kernel_table& kernels = active_kernels();
+    cache_.reserve(layer, tokens);
     for (std::size_t t = 0; t < tokens; ++t) {
       const std::size_t position = cache_.keys(layer, 0).tokens_seen();
       const auto start = clock::now();
