@@ -274,6 +274,26 @@ BOOST_AUTO_TEST_CASE(fp8_encoders_choose_the_quantizers_codes_on_every_isa) {
           kernels.encode_fp8(x.data(), n, scale, *rule.fp8, out);
         });
       }
+      // Quotients at and within a few ulps of a tie under this scale, where multiplying by
+      // the scale's reciprocal and dividing by the scale round to different floats.
+      std::vector<float> near_ties;
+      for (std::size_t i = 0; i < 2053; ++i)
+        if (i % 4 == 1 || i % 4 == 2) {
+          float up = x[i] * scale, down = up;
+          near_ties.push_back(up);
+          for (int k = 0; k < 5; ++k) {
+            up = std::nextafter(up, INFINITY), down = std::nextafter(down, -INFINITY);
+            near_ties.push_back(up), near_ties.push_back(down);
+          }
+        }
+      std::vector<std::uint8_t> tie_codes(near_ties.size());
+      for (std::size_t i = 0; i < near_ties.size(); ++i)
+        tie_codes[i] = static_cast<std::uint8_t>(q.encode(near_ties[i], {.scale = scale}));
+      BOOST_TEST_CONTEXT(name << " scale " << scale << ", quotients near ties") {
+        check_encodes_prefixes(tie_codes, 1, [&](const kvlab::kernel_table& kernels, std::size_t n, std::uint8_t* out) {
+          kernels.encode_fp8(near_ties.data(), n, scale, *rule.fp8, out);
+        });
+      }
     }
   }
 }
