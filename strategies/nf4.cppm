@@ -24,7 +24,9 @@ struct normal_float4 {
   unsigned params_per_group() const { return 1; }
   element_format format() const { return element_format::codebook; }
   std::span<const float> levels() const { return nf4_levels; }
-  encoding_rule encoding() const { return {.kind = encoding_kind::nearest, .thresholds = thresholds}; }
+  encoding_rule encoding() const {
+    return {.kind = encoding_kind::nearest, .thresholds = thresholds, .absmax_scale = true};
+  }
   group_params fit(std::span<const float> group) const { return {.scale = absmax(group)}; }
   std::uint32_t encode(float x, group_params p) const {
     return count_below(thresholds, p.scale == 0.0f ? 0.0f : x / p.scale);

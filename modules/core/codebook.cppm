@@ -32,6 +32,9 @@ struct encoding_rule {
   int offset = 0;                    // uniform
   unsigned max_code = 0;             // uniform
   std::span<const float> thresholds; // nearest: midpoints between adjacent ascending levels
+  // nearest: set when fit() is scale = the group's absmax, zero 0 (nf4), so kernels fit and
+  // encode a record at once
+  bool absmax_scale = false;
   // uniform: set when fit() is this standard rule, so kernels fit and encode a record at once
   std::optional<uniform_fit> fit;
   std::optional<fp8_rounding> fp8; // float8

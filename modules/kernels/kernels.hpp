@@ -118,6 +118,12 @@ struct kernel_table {
   // a value is not finite.
   bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                 std::uint8_t* record);
+  // One per-token record of sorted-codebook codes (nf4) whose groups are scaled by their
+  // absmax (rounded as stored), encoded as encode_nearest does under the stored scale.
+  // Returns false, the record unspecified, when a value is not finite or the scale
+  // overflows fp16.
+  bool (*encode_absmax_nearest_record)(const record_format& f, const float* thresholds, unsigned threshold_count,
+                                       const float* x, std::uint8_t* record);
   // One per-token record of 8-bit float codes: each group scaled by absmax / r.max_finite
   // (rounded as stored) and encoded as encode_fp8 does under the stored scale. Returns
   // false, the record unspecified, when a value or a scale is not finite.

@@ -127,6 +127,13 @@ struct encoder_kernels : vector_basics<Arch> {
     return scalar::encode_fp8_record<&all_finite, &absmax, &encode_fp8, &to_half, &from_half>(f, r, x, record);
   }
 
+  // nf4 records: the reference's steps over this ISA's absmax and nearest-level codes.
+  static bool encode_absmax_nearest_record(const record_format& f, const float* thresholds, unsigned threshold_count,
+                                           const float* x, std::uint8_t* record) noexcept {
+    return scalar::encode_absmax_nearest_record<&all_finite, &absmax, &encode_nearest, &to_half, &from_half>(
+        f, thresholds, threshold_count, x, record);
+  }
+
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
   // groups at once (one lane each: one division, one fp16 round trip), and codes by
   // multiplying with the reciprocal of the scale instead of dividing by it. Other records
