@@ -22,19 +22,6 @@ import kvlab.core;
 
 export namespace kvlab::strategies::rht {
 
-// In-place normalized fast Walsh-Hadamard transform of a power-of-two block (self-inverse).
-inline void walsh_hadamard(std::span<float> block) {
-  for (std::size_t half = 1; half < block.size(); half *= 2)
-    for (std::size_t start = 0; start < block.size(); start += 2 * half)
-      for (std::size_t i = start; i < start + half; ++i) {
-        const float a = block[i], b = block[i + half];
-        block[i] = a + b;
-        block[i + half] = a - b;
-      }
-  const float norm = 1.0f / std::sqrt(static_cast<float>(block.size()));
-  for (float& x : block) x *= norm;
-}
-
 class randomized_hadamard {
 public:
   using component_concept = quantizer_tag;

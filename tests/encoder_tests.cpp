@@ -247,6 +247,38 @@ BOOST_AUTO_TEST_CASE(fp16_rows_convert_as_the_scalar_reference_on_every_isa) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(walsh_hadamard_gives_the_scalar_references_bits_on_every_isa) {
+  // rht(...) rotates every token and query through this kernel: every ISA must give the
+  // reference's bits, for blocks below, at and above each vector width. The reference is
+  // itself checked against the definition: H_n H_n = n I, so the normalized transform
+  // applied twice gives the block back within rounding.
+  random_bytes random;
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  for (std::size_t n = 1; n <= 4096; n *= 2) {
+    auto block = random.floats(n);
+    std::vector<float> twice = block;
+    scalar.walsh_hadamard(twice.data(), n);
+    scalar.walsh_hadamard(twice.data(), n);
+    for (std::size_t i = 0; i < n; ++i)
+      BOOST_TEST(std::fabs(twice[i] - block[i]) <= 1e-5f, "n " << n << " element " << i);
+    block[n / 2] = 1e30f; // a large outlier: sums round differently if the order changes
+    std::vector<float> expected = block;
+    scalar.walsh_hadamard(expected.data(), n);
+    if (n == 4) { // H_4 by hand: (x0 + x1 + x2 + x3, x0 - x1 + x2 - x3, x0 + x1 - x2 - x3, x0 - x1 - x2 + x3) / 2
+      std::vector<float> x{1.0f, 2.0f, 3.0f, 5.0f};
+      scalar.walsh_hadamard(x.data(), 4);
+      BOOST_TEST(x == (std::vector<float>{5.5f, -1.5f, -2.5f, 0.5f}), boost::test_tools::per_element());
+    }
+    for (const auto isa : simd_isas()) {
+      std::vector<float> out = block;
+      kvlab::kernels_for(isa).walsh_hadamard(out.data(), n);
+      for (std::size_t i = 0; i < n; ++i)
+        BOOST_TEST(std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(expected[i]),
+                   kvlab::isa_name(isa) << " n " << n << " element " << i);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fp8_encoders_choose_the_quantizers_codes_on_every_isa) {
   // Floats of every class (random bit patterns: subnormals, infinities, NaNs), values
   // halfway between two codes of each binade, the saturation threshold and the subnormal

@@ -65,6 +65,12 @@ inline std::pair<float, float> min_max(std::span<const float> group) noexcept {
   return {lo, hi};
 }
 
+// The normalized Walsh-Hadamard transform of a power-of-two block, in place, by the same
+// kernels (the same bits on every ISA).
+inline void walsh_hadamard(std::span<float> block) noexcept {
+  kernels::active_kernels().walsh_hadamard(block.data(), block.size());
+}
+
 // Accumulated in double so the scale does not depend on summation order noise.
 inline float root_mean_square(std::span<const float> group) noexcept {
   if (group.empty()) return 0.0f;

@@ -179,6 +179,9 @@ struct kernel_table {
   // nearest even, every NaN sign | 0x7e00) and out[i] = half_bits_to_float(h[i]) (exact;
   // a NaN stays a NaN) for i < n.
   void (*floats_to_f16)(const float* x, std::size_t n, std::uint16_t* out);
+  // In place, the normalized Walsh-Hadamard transform of block[0, n), n a power of two:
+  // the scalar reference's float operations, so every ISA gives the same bits.
+  void (*walsh_hadamard)(float* block, std::size_t n);
   void (*f16_to_floats)(const std::uint16_t* h, std::size_t n, float* out);
   // A record of raw floats (kind f32, f16 or bf16) from x[0, n): f32 copied; f16 and bf16
   // rounded to nearest even after saturating at the format's largest finite value (what

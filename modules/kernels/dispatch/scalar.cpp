@@ -34,6 +34,7 @@ const kernel_table& scalar_kernels() noexcept {
       .dot_bf16 = scalar::dot_bf16,
       .axpy_bf16 = scalar::axpy_bf16,
       .floats_to_f16 = scalar::floats_to_f16,
+      .walsh_hadamard = scalar::walsh_hadamard,
       .f16_to_floats = scalar::f16_to_floats,
       .encode_raw = scalar::encode_raw,
       .softmax = scalar::softmax};

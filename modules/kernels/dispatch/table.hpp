@@ -41,6 +41,7 @@ constexpr kernel_table table_of_families(isa instruction_set) noexcept {
           .dot_bf16 = &rows::template dot_row<&rows::load_bf16, 2, &scalar::load_bf16>,
           .axpy_bf16 = &rows::template axpy_row<&rows::load_bf16, 2, &scalar::load_bf16>,
           .floats_to_f16 = &rows::floats_to_f16,
+          .walsh_hadamard = &rows::walsh_hadamard,
           .f16_to_floats = &rows::f16_to_floats,
           .encode_raw = &rows::encode_raw,
           .softmax = &softmax_kernels<Arch>::softmax};

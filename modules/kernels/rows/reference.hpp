@@ -56,6 +56,22 @@ inline void f16_to_floats(const std::uint16_t* h, std::size_t n, float* out) noe
   for (std::size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(h[i]);
 }
 
+// In-place normalized fast Walsh-Hadamard transform of a block of n = 2^k floats
+// (self-inverse): butterflies (a + b, a - b) of stride 1, 2, 4, ... in turn, then every
+// element times 1 / sqrt(n). Each output is the same sequence of float operations whatever
+// order a stage's butterflies run in, so a vector kernel gives these bits exactly.
+inline void walsh_hadamard(float* block, std::size_t n) noexcept {
+  for (std::size_t half = 1; half < n; half *= 2)
+    for (std::size_t start = 0; start < n; start += 2 * half)
+      for (std::size_t i = start; i < start + half; ++i) {
+        const float a = block[i], b = block[i + half];
+        block[i] = a + b;
+        block[i + half] = a - b;
+      }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (std::size_t i = 0; i < n; ++i) block[i] *= norm;
+}
+
 inline constexpr float f16_max_finite = 65504.0f, bf16_max_finite = 0x1.fep127f;
 
 inline bool encode_raw(element_kind kind, const float* x, std::size_t n, std::uint8_t* out) noexcept {

@@ -169,6 +169,45 @@ struct row_kernels : record_runs<Arch> {
     });
   }
 
+  // The reference's butterflies: strides below the vector width within each vector (lane i
+  // and lane i ^ h: the lower lane takes a + b, the upper a - b, as one multiply-add of
+  // the partner with +-1, which is exact), wider strides between vectors.
+  static void walsh_hadamard(float* block, std::size_t n) noexcept {
+    if (n < width) return scalar::walsh_hadamard(block, n);
+    for (std::size_t i = 0; i < n; i += width) {
+      floats v = floats::load_unaligned(block + i);
+      butterflies_within<1>(v);
+      v.store_unaligned(block + i);
+    }
+    for (std::size_t half = width; half < n; half *= 2)
+      for (std::size_t start = 0; start < n; start += 2 * half)
+        for (std::size_t i = start; i < start + half; i += width) {
+          const floats a = floats::load_unaligned(block + i), b = floats::load_unaligned(block + i + half);
+          (a + b).store_unaligned(block + i);
+          (a - b).store_unaligned(block + i + half);
+        }
+    const floats norm(1.0f / std::sqrt(static_cast<float>(n)));
+    for (std::size_t i = 0; i < n; i += width) (floats::load_unaligned(block + i) * norm).store_unaligned(block + i);
+  }
+  template <unsigned H>
+  struct partner_lane {
+    static constexpr unsigned get(unsigned i, unsigned) { return i ^ H; }
+  };
+  template <unsigned H>
+  static void butterflies_within(floats& v) noexcept {
+    if constexpr (H < width) {
+      alignas(64) static constexpr auto signs = [] {
+        std::array<float, width> s{};
+        for (std::size_t i = 0; i < width; ++i) s[i] = (i & H) ? -1.0f : 1.0f;
+        return s;
+      }();
+      const floats partner =
+          xsimd::swizzle(v, xsimd::make_batch_constant<xsimd::batch<std::uint32_t, Arch>, partner_lane<H>>());
+      v = xsimd::fma(v, floats::load_aligned(signs.data()), partner);
+      butterflies_within<2 * H>(v);
+    }
+  }
+
   // The vector conversion rounds to nearest even as float_to_half_bits does; only NaN
   // payloads differ (the reference makes every NaN sign | 0x7e00), so a vector holding a
   // NaN is converted element by element.
