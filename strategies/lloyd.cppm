@@ -76,7 +76,9 @@ public:
   std::span<const float> thresholds() const {
     return std::span(book_->thresholds).first((std::size_t{1} << bits_) - 1);
   }
-  encoding_rule encoding() const { return {.kind = encoding_kind::nearest, .thresholds = thresholds()}; }
+  encoding_rule encoding() const {
+    return {.kind = encoding_kind::nearest, .thresholds = thresholds(), .scale_fit = codebook_scale::root_mean_square};
+  }
   group_params fit(std::span<const float> group) const { return {.scale = root_mean_square(group)}; }
   std::uint32_t encode(float x, group_params p) const {
     return count_below(thresholds(), p.scale == 0.0f ? 0.0f : x / p.scale);

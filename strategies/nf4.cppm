@@ -25,7 +25,7 @@ struct normal_float4 {
   element_format format() const { return element_format::codebook; }
   std::span<const float> levels() const { return nf4_levels; }
   encoding_rule encoding() const {
-    return {.kind = encoding_kind::nearest, .thresholds = thresholds, .absmax_scale = true};
+    return {.kind = encoding_kind::nearest, .thresholds = thresholds, .scale_fit = codebook_scale::absmax};
   }
   group_params fit(std::span<const float> group) const { return {.scale = absmax(group)}; }
   std::uint32_t encode(float x, group_params p) const {

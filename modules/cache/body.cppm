@@ -188,12 +188,11 @@ public:
     if (rule_.kind == encoding_kind::float8 &&
         kernels.encode_fp8_record(format_, *rule_.fp8, rows.data(), record.data()))
       return;
-    // nf4: one kernel call scales by each group's absmax and encodes (false: the loop below
-    // reports why).
-    if (rule_.kind == encoding_kind::nearest && rule_.absmax_scale &&
-        kernels.encode_absmax_nearest_record(format_, rule_.thresholds.data(),
-                                             static_cast<unsigned>(rule_.thresholds.size()), rows.data(),
-                                             record.data()))
+    // nf4, lloyd<b>: one kernel call fits each group's scale and encodes (false: the loop
+    // below reports why).
+    if (rule_.kind == encoding_kind::nearest && rule_.scale_fit &&
+        kernels.encode_nearest_record(format_, *rule_.scale_fit, rule_.thresholds.data(),
+                                      static_cast<unsigned>(rule_.thresholds.size()), rows.data(), record.data()))
       return;
     // Raw floats (f32, f16, bf16) have no parameters: one conversion of the whole token
     // (a value that is not finite: the loop below reports it).

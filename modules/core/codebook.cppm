@@ -23,6 +23,7 @@ enum class encoding_kind {
   float8       // code = fp8_code(x / scale, fp8) (0 if scale == 0); 8-bit codes
 };
 
+using kernels::codebook_scale;
 using kernels::fp8_code;
 using kernels::fp8_rounding;
 using kernels::uniform_fit;
@@ -32,9 +33,9 @@ struct encoding_rule {
   int offset = 0;                    // uniform
   unsigned max_code = 0;             // uniform
   std::span<const float> thresholds; // nearest: midpoints between adjacent ascending levels
-  // nearest: set when fit() is scale = the group's absmax, zero 0 (nf4), so kernels fit and
-  // encode a record at once
-  bool absmax_scale = false;
+  // nearest: set when fit() is this standard scale with zero 0, so kernels fit and encode a
+  // record at once
+  std::optional<codebook_scale> scale_fit;
   // uniform: set when fit() is this standard rule, so kernels fit and encode a record at once
   std::optional<uniform_fit> fit;
   std::optional<fp8_rounding> fp8; // float8
@@ -73,10 +74,7 @@ inline void walsh_hadamard(std::span<float> block) noexcept {
 
 // Accumulated in double so the scale does not depend on summation order noise.
 inline float root_mean_square(std::span<const float> group) noexcept {
-  if (group.empty()) return 0.0f;
-  double squares = 0.0;
-  for (const float x : group) squares += double{x} * double{x};
-  return static_cast<float>(std::sqrt(squares / static_cast<double>(group.size())));
+  return kernels::root_mean_square(group.data(), group.size());
 }
 
 } // namespace kvlab

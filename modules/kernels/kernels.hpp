@@ -4,6 +4,7 @@
 // dispatch/ and docs/kernels.md).
 // Plain header, not a module: ISA-flagged code must never be in a module target.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -31,6 +32,21 @@ enum class uniform_fit : std::uint8_t {
   absmax, // symmetric: scale = absmax / offset, zero = 0
   min_max // asymmetric: scale = (max - min) / max_code, zero = min
 };
+
+// How a sorted codebook (nf4, lloyd<b>) fits its scale to a group (zero is 0).
+enum class codebook_scale : std::uint8_t {
+  absmax,          // nf4: the group's largest |x|
+  root_mean_square // lloyd<b>: sqrt(mean of x^2), see root_mean_square below
+};
+
+// sqrt(mean of x^2) of x[0, n), the squares (exact in double) summed in double in channel
+// order, so the scale does not depend on summation-order noise or on the ISA.
+inline float root_mean_square(const float* x, std::size_t n) noexcept {
+  if (n == 0) return 0.0f;
+  double squares = 0.0;
+  for (std::size_t i = 0; i < n; ++i) squares += double{x[i]} * double{x[i]};
+  return static_cast<float>(std::sqrt(squares / static_cast<double>(n)));
+}
 
 // Layout of the records of one stream: one token per record, `record_bytes` apart. Codes
 // (or raw floats) first, bit-packed; then per group of `group_channels` channels its
@@ -118,12 +134,12 @@ struct kernel_table {
   // a value is not finite.
   bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                 std::uint8_t* record);
-  // One per-token record of sorted-codebook codes (nf4) whose groups are scaled by their
-  // absmax (rounded as stored), encoded as encode_nearest does under the stored scale.
-  // Returns false, the record unspecified, when a value is not finite or the scale
+  // One per-token record of sorted-codebook codes (nf4, lloyd<b>): each group's scale fitted
+  // by `fit` (rounded as stored), its codes as encode_nearest gives them under the stored
+  // scale. Returns false, the record unspecified, when a value is not finite or the scale
   // overflows fp16.
-  bool (*encode_absmax_nearest_record)(const record_format& f, const float* thresholds, unsigned threshold_count,
-                                       const float* x, std::uint8_t* record);
+  bool (*encode_nearest_record)(const record_format& f, codebook_scale fit, const float* thresholds,
+                                unsigned threshold_count, const float* x, std::uint8_t* record);
   // One per-token record of 8-bit float codes: each group scaled by absmax / r.max_finite
   // (rounded as stored) and encoded as encode_fp8 does under the stored scale. Returns
   // false, the record unspecified, when a value or a scale is not finite.

@@ -19,8 +19,8 @@ const kernel_table& scalar_kernels() noexcept {
       .encode_fp8 = scalar::encode_fp8,
       .encode_uniform_record =
           scalar::encode_uniform_record<scalar::all_finite, scalar::absmax, scalar::min_max, scalar::encode_uniform>,
-      .encode_absmax_nearest_record =
-          scalar::encode_absmax_nearest_record<scalar::all_finite, scalar::absmax, scalar::encode_nearest>,
+      .encode_nearest_record =
+          scalar::encode_nearest_record<scalar::all_finite, scalar::absmax, scalar::encode_nearest>,
       .encode_fp8_record = scalar::encode_fp8_record<scalar::all_finite, scalar::absmax, scalar::encode_fp8>,
       .dot_records = scalar::dot_records,
       .axpy_records = scalar::axpy_records,

@@ -27,7 +27,7 @@ constexpr kernel_table table_of_families(isa instruction_set) noexcept {
           .encode_nearest = &encoders::encode_nearest,
           .encode_fp8 = &encoders::encode_fp8,
           .encode_uniform_record = &encoders::encode_uniform_record,
-          .encode_absmax_nearest_record = &encoders::encode_absmax_nearest_record,
+          .encode_nearest_record = &encoders::encode_nearest_record,
           .encode_fp8_record = &encoders::encode_fp8_record,
           .dot_records = nullptr,
           .axpy_records = nullptr,

@@ -97,18 +97,19 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
   return true;
 }
 
-// The fused per-token encoder of sorted codebooks scaled by each group's absmax (nf4,
-// arXiv 2305.14314 sec. 3): the scale rounded as stored, then codes as encode_nearest gives
-// them under it. False, the record unspecified, when a value is not finite or the scale
+// The fused per-token encoder of sorted codebooks (nf4, arXiv 2305.14314 sec. 3; lloyd<b>):
+// each group's scale fitted, rounded as stored, then codes as encode_nearest gives them
+// under it. False, the record unspecified, when a value is not finite or the scale
 // overflows fp16: the caller's generic path reports it.
 template <auto all_finite, auto absmax, auto encode_nearest, auto to_half = float_to_half_bits,
           auto from_half = half_bits_to_float>
-bool encode_absmax_nearest_record(const record_format& f, const float* thresholds, unsigned threshold_count,
-                                  const float* x, std::uint8_t* record) noexcept {
+bool encode_nearest_record(const record_format& f, codebook_scale fit, const float* thresholds,
+                           unsigned threshold_count, const float* x, std::uint8_t* record) noexcept {
   if (!all_finite(x, f.head_dim)) return false;
   const std::size_t n = f.group_channels;
   for (std::size_t group = 0; group * n < f.head_dim; ++group) {
-    float scale = absmax(x + group * n, n), zero = 0.0f;
+    const float* values = x + group * n;
+    float scale = fit == codebook_scale::absmax ? absmax(values, n) : root_mean_square(values, n), zero = 0.0f;
     if (!put_group_params<to_half, from_half>(f, record, group, scale, zero)) return false;
     encode_nearest(x + group * n, n, scale, zero, thresholds, threshold_count, f.bits, record, group * n);
   }

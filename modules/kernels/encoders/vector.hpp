@@ -127,11 +127,12 @@ struct encoder_kernels : vector_basics<Arch> {
     return scalar::encode_fp8_record<&all_finite, &absmax, &encode_fp8, &to_half, &from_half>(f, r, x, record);
   }
 
-  // nf4 records: the reference's steps over this ISA's absmax and nearest-level codes.
-  static bool encode_absmax_nearest_record(const record_format& f, const float* thresholds, unsigned threshold_count,
-                                           const float* x, std::uint8_t* record) noexcept {
-    return scalar::encode_absmax_nearest_record<&all_finite, &absmax, &encode_nearest, &to_half, &from_half>(
-        f, thresholds, threshold_count, x, record);
+  // Sorted-codebook records: the reference's steps over this ISA's absmax and nearest-level
+  // codes.
+  static bool encode_nearest_record(const record_format& f, codebook_scale fit, const float* thresholds,
+                                    unsigned threshold_count, const float* x, std::uint8_t* record) noexcept {
+    return scalar::encode_nearest_record<&all_finite, &absmax, &encode_nearest, &to_half, &from_half>(
+        f, fit, thresholds, threshold_count, x, record);
   }
 
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
