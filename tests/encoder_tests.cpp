@@ -39,6 +39,17 @@ void halfway_quotients(std::vector<float>& x, std::size_t group, const kvlab::en
   }
 }
 
+// Group `group`'s parameters where a record of `layout` keeps them, after its codes.
+void write_params(std::vector<std::uint8_t>& record, const kvlab::record_layout& layout, std::size_t group,
+                  kvlab::group_params p) {
+  const float params[2] = {p.scale, p.zero};
+  for (unsigned i = 0; i < layout.params_per_group; ++i) {
+    std::uint8_t* at = record.data() + layout.code_bytes() + (group * layout.params_per_group + i) * layout.param_bytes;
+    const std::uint16_t half = kvlab::float_to_half_bits(params[i]);
+    std::memcpy(at, layout.param_bytes == 4 ? static_cast<const void*>(&params[i]) : &half, layout.param_bytes);
+  }
+}
+
 // n floats of random bit patterns (every class: subnormals, infinities, NaNs), each passed
 // through rewrite(i, bits) first.
 template <class Rewrite>
@@ -158,14 +169,7 @@ BOOST_AUTO_TEST_CASE(record_encoders_write_the_quantizers_records_byte_for_byte)
           for (std::size_t g = 0; g < layout.groups(); ++g) {
             const auto values = std::span<const float>(x).subspan(g * shape.channels, shape.channels);
             const auto p = kvlab::stored_params(q, values, precision);
-            const float params[2] = {p.scale, p.zero};
-            for (unsigned i = 0; i < layout.params_per_group; ++i) {
-              std::uint8_t* at =
-                  expected.data() + layout.code_bytes() + (g * layout.params_per_group + i) * layout.param_bytes;
-              const std::uint16_t half = kvlab::float_to_half_bits(params[i]);
-              std::memcpy(at, layout.param_bytes == 4 ? static_cast<const void*>(&params[i]) : &half,
-                          layout.param_bytes);
-            }
+            write_params(expected, layout, g, p);
             for (std::size_t c = 0; c < shape.channels; ++c) codes[g * shape.channels + c] = q.encode(values[c], p);
           }
           kvlab::pack_codes(codes, bits, std::span(expected).first(layout.code_bytes()));
@@ -201,6 +205,87 @@ BOOST_AUTO_TEST_CASE(record_encoders_write_the_quantizers_records_byte_for_byte)
                 BOOST_CHECK_THROW(body.encode(token, kvlab::kernels_for(isa), record), kvlab::error);
               }
           }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(per_channel_blocks_are_the_quantizers_columns_byte_for_byte) {
+  // quantized_body::encode takes the fused block encoder for int<b> and uint<b> under
+  // channel(G) (KIVI's keys); each block must be what the quantizer's own fit,
+  // stored_params and encode give column by column, on every ISA: whole vectors of channels
+  // and not, odd block lengths, fp16 and f32 params, constant and all-zero columns, ties.
+  const auto& components = kvlab::builtin_registry();
+  std::vector<std::string> quantizers = {"rht(uint2)", "rht(int4)"};
+  for (unsigned bits = 1; bits <= 8; ++bits) {
+    if (bits >= 2) quantizers.push_back("int" + std::to_string(bits));
+    quantizers.push_back("uint" + std::to_string(bits));
+  }
+  const std::pair<std::size_t, const char*> shapes[] = {
+      {128, "channel(32)"}, {64, "channel(7)"}, {24, "channel(2)"}, {40, "channel(16)"}, {256, "channel(3)"}};
+  random_bytes random;
+  std::vector<kvlab::isa> isas = simd_isas();
+  isas.push_back(kvlab::isa::scalar);
+  for (const auto& name : quantizers) {
+    const kvlab::any_quantizer q = components.make_quantizer(name);
+    for (const auto& [head_dim, granularity] : shapes) {
+      const auto shape = components.make_granularity(granularity).group_shape(head_dim);
+      for (const auto precision : {kvlab::param_precision::f16, kvlab::param_precision::f32}) {
+        kvlab::quantized_body body(q, shape, head_dim, precision, components.make_storage("flat"));
+        const auto& layout = body.layout();
+        const std::size_t tokens = shape.tokens;
+        // Trials 0-2: N(0, 9). 3: fp16-subnormal scales. 4: quotients halfway between codes
+        // and one ulp off, down every column but the first two.
+        for (int trial = 0; trial < 5; ++trial) {
+          auto x = random.floats(tokens * head_dim);
+          const float spread = trial == 3 ? 1e-6f : 3.0f;
+          for (auto& v : x) v *= spread;
+          std::vector<float> halfway(tokens);
+          for (std::size_t c = 0; c < head_dim; ++c) {
+            if (trial == 4) halfway_quotients(halfway, tokens, q.encoding());
+            for (std::size_t j = 0; j < tokens; ++j) {
+              if (trial == 4) x[j * head_dim + c] = halfway[(j + c) % tokens];
+              if (c == 0) x[j * head_dim] = 0.5f;     // a constant column (scale 0)
+              if (c == 1) x[j * head_dim + 1] = 0.0f; // an all-zero column
+            }
+          }
+          std::vector<std::uint8_t> expected(layout.bytes(), 0);
+          std::vector<std::uint32_t> codes(tokens * head_dim);
+          std::vector<float> column(tokens);
+          for (std::size_t c = 0; c < head_dim; ++c) {
+            for (std::size_t j = 0; j < tokens; ++j) column[j] = x[j * head_dim + c];
+            const auto p = kvlab::stored_params(q, column, precision);
+            write_params(expected, layout, c, p);
+            for (std::size_t j = 0; j < tokens; ++j) codes[j * head_dim + c] = q.encode(column[j], p);
+          }
+          kvlab::pack_codes(codes, q.bits(), std::span(expected).first(layout.code_bytes()));
+          for (const auto isa : isas) {
+            BOOST_TEST_CONTEXT(name << " " << granularity << " head_dim " << head_dim << " trial " << trial << " "
+                                    << kvlab::isa_name(isa)
+                                    << (precision == kvlab::param_precision::f32 ? " f32" : " f16")) {
+              std::vector<std::uint8_t> record(layout.bytes(), 0xAB); // every byte is written
+              body.encode(x, kvlab::kernels_for(isa), record);
+              BOOST_TEST_REQUIRE(record == expected, boost::test_tools::per_element());
+            }
+          }
+        }
+        // Errors stay the quantizer's: a scale past fp16, a value that is not finite.
+        std::vector<float> bad(tokens * head_dim, 0.5f);
+        std::vector<std::uint8_t> record(layout.bytes());
+        for (const auto isa : isas) {
+          BOOST_TEST_CONTEXT(name << " " << granularity << " " << kvlab::isa_name(isa)) {
+            if (precision == kvlab::param_precision::f16) {
+              bad[head_dim + 3] = 1e12f, bad[3] = -1e12f;
+              BOOST_CHECK_THROW(body.encode(bad, kvlab::kernels_for(isa), record), kvlab::error);
+              bad[head_dim + 3] = 0.5f, bad[3] = 0.5f;
+            }
+            for (const float value : {NAN, INFINITY}) {
+              bad[bad.size() - 1] = value;
+              BOOST_CHECK_THROW(body.encode(bad, kvlab::kernels_for(isa), record), kvlab::error);
+            }
+            bad[bad.size() - 1] = 0.5f;
+          }
+        }
       }
     }
   }

@@ -179,7 +179,7 @@ public:
 
   // The record of one block, without storing it (`record` has layout().bytes() bytes).
   void encode(std::span<const float> rows, const kernel_table& kernels, std::span<std::uint8_t> record) {
-    if (layout_.block_tokens > 1) return encode_channels(rows, record);
+    if (layout_.block_tokens > 1) return encode_channels(rows, kernels, record);
     // The quantizer's fit is a standard uniform one: one kernel call fits and encodes the
     // record (false only when a parameter overflows fp16: the loop below reports it).
     if (rule_.fit && kernels.encode_uniform_record(format_, *rule_.fit, rule_.max_code, rows.data(), record.data()))
@@ -498,10 +498,18 @@ private:
     for (std::size_t c = 0; c < layout_.head_dim; ++c) block_params_[c] = read_params_at(params, c);
   }
 
-  // Per-channel block: each channel's G values form a group, fitted and encoded with the
-  // quantizer's reference functions.
-  void encode_channels(std::span<const float> rows, std::span<std::uint8_t> record) {
+  // Per-channel block: each channel's G values form a group. A standard uniform fit takes
+  // one kernel call for the block (false only when a value is not finite or a parameter
+  // overflows fp16); other quantizers, and those errors, the quantizer's reference functions.
+  void encode_channels(std::span<const float> rows, const kernel_table& kernels, std::span<std::uint8_t> record) {
     const std::size_t tokens = layout_.block_tokens, head_dim = layout_.head_dim;
+    if (rule_.fit) {
+      kernels::record_format block_format = format_;
+      block_format.group_channels = 1;
+      block_format.params_per_group = layout_.params_per_group;
+      if (kernels.encode_uniform_channels(block_format, *rule_.fit, rule_.max_code, tokens, rows.data(), record.data()))
+        return;
+    }
     std::vector<std::uint32_t> column_codes(tokens);
     for (std::size_t c = 0; c < head_dim; ++c) {
       for (std::size_t j = 0; j < tokens; ++j) scratch_[j] = rows[j * head_dim + c];

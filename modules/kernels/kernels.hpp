@@ -144,6 +144,14 @@ struct kernel_table {
   // (rounded as stored) and encoded as encode_fp8 does under the stored scale. Returns
   // false, the record unspecified, when a value or a scale is not finite.
   bool (*encode_fp8_record)(const record_format& f, const fp8_rounding& r, const float* x, std::uint8_t* record);
+  // One per-channel block of affine codes (KIVI's keys): `tokens` rows of f.head_dim values
+  // at x, each channel's column fitted by `fit` (rounded as stored) and encoded as
+  // encode_uniform does under the stored parameters. The block holds the rows' codes
+  // (f.code_bytes() each, token-major), then each channel's f.params_per_group parameters.
+  // Returns false, the block unspecified, when a parameter overflows fp16 or a value is not
+  // finite.
+  bool (*encode_uniform_channels)(const record_format& f, uniform_fit fit, unsigned max_code, std::size_t tokens,
+                                  const float* x, std::uint8_t* block);
   // Whole runs of records for the `heads` query heads of one GQA group, the attention hot
   // loop: each record is decoded once for all heads. Coded elements decode as
   // scale * level + (zero, minus scale * offset for affine codes).

@@ -22,6 +22,7 @@ const kernel_table& scalar_kernels() noexcept {
       .encode_nearest_record =
           scalar::encode_nearest_record<scalar::all_finite, scalar::absmax, scalar::encode_nearest>,
       .encode_fp8_record = scalar::encode_fp8_record<scalar::all_finite, scalar::absmax, scalar::encode_fp8>,
+      .encode_uniform_channels = scalar::encode_uniform_channels<scalar::all_finite>,
       .dot_records = scalar::dot_records,
       .axpy_records = scalar::axpy_records,
       .axpy_records_fixed = scalar::axpy_records_fixed,

@@ -29,6 +29,7 @@ constexpr kernel_table table_of_families(isa instruction_set) noexcept {
           .encode_uniform_record = &encoders::encode_uniform_record,
           .encode_nearest_record = &encoders::encode_nearest_record,
           .encode_fp8_record = &encoders::encode_fp8_record,
+          .encode_uniform_channels = &encoders::encode_uniform_channels,
           .dot_records = nullptr,
           .axpy_records = nullptr,
           .axpy_records_fixed = nullptr,

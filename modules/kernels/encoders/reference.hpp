@@ -40,12 +40,13 @@ inline void encode_fp8(const float* x, std::size_t n, float scale, const fp8_rou
 }
 
 // Rounds a group's fitted scale and zero as storage holds them and writes the first
-// params_per_group of them; false when one is not finite (or overflows fp16).
+// params_per_group of them into the run of parameters at `params`; false when one is not
+// finite (or overflows fp16).
 template <auto to_half, auto from_half>
-bool put_group_params(const record_format& f, std::uint8_t* record, std::size_t group, float& scale,
+bool put_group_params(const record_format& f, std::uint8_t* params, std::size_t group, float& scale,
                       float& zero) noexcept {
   float values[2] = {scale, zero};
-  std::uint8_t* at = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
+  std::uint8_t* at = params + group * f.params_per_group * (f.params_f32 ? 4 : 2);
   for (unsigned i = 0; i < 2; ++i) {
     if (f.params_f32) {
       if (!std::isfinite(values[i])) return false;
@@ -88,7 +89,8 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
         scales[k] = (hi - lo) / static_cast<float>(max_code);
         zeros[k] = lo;
       }
-      if (!put_group_params<to_half, from_half>(f, record, first + k, scales[k], zeros[k])) return false;
+      if (!put_group_params<to_half, from_half>(f, record + f.code_bytes(), first + k, scales[k], zeros[k]))
+        return false;
     }
     for (std::size_t k = 0; k < count; ++k)
       encode_uniform(x + (first + k) * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, f.bits, record,
@@ -110,7 +112,7 @@ bool encode_nearest_record(const record_format& f, codebook_scale fit, const flo
   for (std::size_t group = 0; group * n < f.head_dim; ++group) {
     const float* values = x + group * n;
     float scale = fit == codebook_scale::absmax ? absmax(values, n) : root_mean_square(values, n), zero = 0.0f;
-    if (!put_group_params<to_half, from_half>(f, record, group, scale, zero)) return false;
+    if (!put_group_params<to_half, from_half>(f, record + f.code_bytes(), group, scale, zero)) return false;
     encode_nearest(x + group * n, n, scale, zero, thresholds, threshold_count, f.bits, record, group * n);
   }
   return true;
@@ -128,9 +130,42 @@ bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const floa
   const std::size_t n = f.group_channels;
   for (std::size_t group = 0; group * n < f.head_dim; ++group) {
     float scale = absmax(x + group * n, n) / r.max_finite, zero = 0.0f;
-    if (!put_group_params<to_half, from_half>(f, record, group, scale, zero)) return false;
+    if (!put_group_params<to_half, from_half>(f, record + f.code_bytes(), group, scale, zero)) return false;
     if (!std::isfinite(scale * r.max_finite)) return false;
     encode_fp8(x + group * n, n, scale, r, record + group * n);
+  }
+  return true;
+}
+
+// The fused encoder of one per-channel block (KIVI's keys, arXiv 2402.02750 sec. 3.2):
+// `tokens` rows of f.head_dim values, each channel's column fitted by `fit` (rounded as
+// stored) and encoded as encode_uniform does under the stored parameters. The block is the
+// rows' codes (f.code_bytes() each, token after token), then each channel's parameters
+// (f.params_per_group of them). False, the block unspecified, when a value is not finite or
+// a parameter overflows fp16: the caller's generic path reports it.
+template <auto all_finite, auto to_half = float_to_half_bits, auto from_half = half_bits_to_float>
+bool encode_uniform_channels(const record_format& f, uniform_fit fit, unsigned max_code, std::size_t tokens,
+                             const float* x, std::uint8_t* block) noexcept {
+  const std::size_t n = f.head_dim, row_bytes = f.code_bytes();
+  if (tokens == 0 || !all_finite(x, tokens * n)) return false;
+  for (std::size_t c = 0; c < n; ++c) {
+    float lo = x[c], hi = fit == uniform_fit::absmax ? std::fabs(lo) : lo;
+    for (std::size_t j = 1; j < tokens; ++j) {
+      const float v = x[j * n + c];
+      if (fit == uniform_fit::absmax) {
+        hi = std::max(hi, std::fabs(v));
+      } else {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+    }
+    // As absmax and min_max have them: +0 for any zero.
+    float scale = fit == uniform_fit::absmax ? hi / f.offset : (hi + 0.0f - (lo + 0.0f)) / static_cast<float>(max_code);
+    float zero = fit == uniform_fit::absmax ? 0.0f : lo + 0.0f;
+    if (!put_group_params<to_half, from_half>(f, block + tokens * row_bytes, c, scale, zero)) return false;
+    for (std::size_t j = 0; j < tokens; ++j)
+      put_code(block + j * row_bytes, c, f.bits,
+               uniform_code(x[j * n + c], scale, zero, static_cast<int>(f.offset), max_code));
   }
   return true;
 }

@@ -11,7 +11,8 @@ template <class Arch>
 struct encoder_kernels : vector_basics<Arch> {
   using base = vector_basics<Arch>;
   using base::width, base::fmadd, base::reduce, base::reduce_four, base::max_op, base::min_op, base::abs_max,
-      base::store_codes, base::lane, base::to_half, base::from_half, base::minus_nearest, base::round_to_int;
+      base::store_codes, base::lane, base::to_half, base::from_half, base::minus_nearest, base::round_to_int,
+      base::store_f16, base::load_f16;
   using typename base::floats;
   using typename base::ints;
 
@@ -240,6 +241,76 @@ struct encoder_kernels : vector_basics<Arch> {
     for (std::size_t k = 0; k < count; ++k)
       encode_uniform(x + first + k * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, Bits, record,
                      first + k * n);
+    return true;
+  }
+
+  // Per-channel blocks of 8-, 4- or 2-bit codes whose rows are whole vectors: a vector of
+  // channels at a time, their statistics down the block's rows, their parameters in one
+  // division and one fp16 round trip, then their codes row by row. Codes divide by the scale
+  // (exact), as the reference does. Other blocks take the reference's steps.
+  static bool encode_uniform_channels(const record_format& f, uniform_fit fit, unsigned max_code, std::size_t tokens,
+                                      const float* x, std::uint8_t* block) noexcept {
+    if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.head_dim % width != 0 || tokens == 0)
+      return scalar::encode_uniform_channels<&all_finite, &to_half, &from_half>(f, fit, max_code, tokens, x, block);
+    const auto with_bits = [&]<uniform_fit Fit>() {
+      if (f.bits == 8) return encode_channel_vectors<Fit, 8>(f, max_code, tokens, x, block);
+      return f.bits == 4 ? encode_channel_vectors<Fit, 4>(f, max_code, tokens, x, block)
+                         : encode_channel_vectors<Fit, 2>(f, max_code, tokens, x, block);
+    };
+    return fit == uniform_fit::absmax ? with_bits.template operator()<uniform_fit::absmax>()
+                                      : with_bits.template operator()<uniform_fit::min_max>();
+  }
+
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_channel_vectors(const record_format& f, unsigned max_code, std::size_t tokens, const float* x,
+                                     std::uint8_t* block) noexcept {
+    const std::size_t n = f.head_dim, row_bytes = f.code_bytes();
+    std::uint8_t* params = block + tokens * row_bytes;
+    const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f), nothing(0.0f),
+        divisor(Fit == uniform_fit::absmax ? f.offset : static_cast<float>(max_code));
+    for (std::size_t c = 0; c < n; c += width) {
+      floats lo = floats::load_unaligned(x + c), hi = Fit == uniform_fit::absmax ? xsimd::abs(lo) : lo;
+      floats differences = lo - lo; // NaN once a value is NaN or infinite, else 0
+      for (std::size_t j = 1; j < tokens; ++j) {
+        const floats v = floats::load_unaligned(x + j * n + c);
+        differences = differences + (v - v);
+        if constexpr (Fit == uniform_fit::absmax) {
+          hi = abs_max(hi, v);
+        } else {
+          lo = xsimd::min(lo, v);
+          hi = xsimd::max(hi, v);
+        }
+      }
+      // min and max may pass over a NaN: such a block is the caller's to report.
+      if (!xsimd::all(differences == nothing)) return false;
+      // The reference's arithmetic, lane by lane (+0 for zeros, as it has them).
+      floats zero = Fit == uniform_fit::absmax ? nothing : lo + nothing;
+      floats scale = (hi + nothing - zero) / divisor;
+      alignas(64) float scales[width], zeros[width];
+      if (f.params_f32) {
+        if (!xsimd::all(scale - scale == nothing) || !xsimd::all(zero - zero == nothing)) return false;
+        scale.store_aligned(scales);
+        zero.store_aligned(zeros);
+        write_params(params + c * f.params_per_group * 4, width, f.params_per_group, scales, zeros);
+      } else {
+        alignas(64) std::uint16_t scale_halves[width], zero_halves[width];
+        store_f16(scale, scale_halves);
+        store_f16(zero, zero_halves);
+        for (std::size_t k = 0; k < width; ++k) // an fp16 infinity or NaN: the parameter overflowed
+          if ((scale_halves[k] & 0x7c00u) == 0x7c00u || (zero_halves[k] & 0x7c00u) == 0x7c00u) return false;
+        scale = load_f16(reinterpret_cast<const std::uint8_t*>(scale_halves));
+        zero = load_f16(reinterpret_cast<const std::uint8_t*>(zero_halves));
+        write_params(params + c * f.params_per_group * 2, width, f.params_per_group, scale_halves, zero_halves);
+      }
+      // Scale 0 (a constant column) gives every code the offset, as the reference has it.
+      const auto constant = scale == nothing;
+      for (std::size_t j = 0; j < tokens; ++j) {
+        floats d = floats::load_unaligned(x + j * n + c);
+        if constexpr (Fit == uniform_fit::min_max) d = d - zero;
+        const floats q = xsimd::select(constant, offset, xsimd::nearbyint(d / scale) + offset);
+        store_codes(xsimd::to_int(xsimd::min(xsimd::max(q, bottom), top)), Bits, block + j * row_bytes, c);
+      }
+    }
     return true;
   }
 
