@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -20,6 +22,38 @@ const kvlab::registry& components() { return kvlab::builtin_registry(); }
 kvlab::kv_cache make_cache(const std::string& recipe, std::size_t layers, std::size_t kv_heads, std::size_t head_dim) {
   return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), layers, kv_heads, head_dim);
 }
+
+// Flat storage whose stores run out of memory (std::bad_alloc) once `slots_left` more
+// records have been appended, counted across every store it made.
+struct exhaustible_storage {
+  using component_concept = kvlab::storage_tag;
+  std::shared_ptr<long> slots_left = std::make_shared<long>(1L << 40);
+
+  struct store final : kvlab::record_store {
+    std::unique_ptr<kvlab::record_store> records;
+    std::shared_ptr<long> slots_left;
+    std::span<std::uint8_t> append_slot() override {
+      if ((*slots_left)-- <= 0) throw std::bad_alloc();
+      return records->append_slot();
+    }
+    void pop_back() override { records->pop_back(); }
+    void reserve(std::size_t n) override { records->reserve(n); }
+    std::span<const std::uint8_t> record(std::size_t i) const override { return records->record(i); }
+    std::span<const std::uint8_t> run(std::size_t first) const override { return records->run(first); }
+    std::size_t size() const noexcept override { return records->size(); }
+    std::size_t record_bytes() const noexcept override { return records->record_bytes(); }
+    std::size_t bytes_reserved() const noexcept override { return records->bytes_reserved(); }
+    void erase(std::span<const std::size_t> sorted) override { records->erase(sorted); }
+  };
+
+  std::string name() const { return "exhaustible"; }
+  std::unique_ptr<kvlab::record_store> make_store(std::size_t record_bytes) const {
+    auto s = std::make_unique<store>();
+    s->records = components().make_storage("flat").make_store(record_bytes);
+    s->slots_left = slots_left;
+    return s;
+  }
+};
 
 void fill(kvlab::kv_cache& cache, const kvlab::kv_data& data, std::size_t tokens) {
   for (std::size_t t = 0; t < tokens; ++t)
@@ -377,6 +411,46 @@ BOOST_AUTO_TEST_CASE(a_refused_value_takes_its_key_back_out) {
         BOOST_TEST(cache.keys(0, 0).tokens() == cache.values(0, 0).tokens());
       }
     }
+}
+
+BOOST_AUTO_TEST_CASE(storage_out_of_memory_leaves_no_half_appended_token) {
+  // Not only refused values: any exception from an append (here std::bad_alloc from the
+  // store) takes the token's key back out, including a block its key moved from the window
+  // to the body, and the cache goes on as if the append had not been tried.
+  std::vector<float> token(32, 0.5f);
+  int failures = 0;
+  for (const std::string recipe : {"k=int8@token,v=int8@token", "k=int8@token,v=int8@token,residual=2",
+                                   "k=uint2@channel(4),v=uint2@token,residual=2"})
+    for (const std::size_t before : {0u, 2u, 3u, 6u})
+      for (const long slots : {0L, 1L}) { // the key's slot fails, or the value's
+        BOOST_TEST_CONTEXT(recipe << ", after " << before << " tokens, " << slots << " slots left") {
+          auto parsed = kvlab::parse_recipe(recipe, components());
+          exhaustible_storage storage;
+          parsed.storage = kvlab::any_storage(storage);
+          kvlab::kv_cache cache(parsed, 1, 1, 32);
+          for (std::size_t t = 0; t < before; ++t) cache.append(0, 0, token, token);
+          const std::size_t bytes = cache.bytes();
+          *storage.slots_left = slots;
+          bool failed = false; // an append that stores no record (into a window) cannot fail
+          try {
+            cache.append(0, 0, token, token);
+          } catch (const std::bad_alloc&) {
+            failed = true;
+            ++failures;
+          }
+          const std::size_t held = failed ? before : before + 1;
+          for (const kvlab::kv_stream* stream : {&cache.keys(0, 0), &cache.values(0, 0)}) {
+            BOOST_TEST(stream->tokens_seen() == held);
+            BOOST_TEST(stream->tokens() == held);
+          }
+          if (failed) BOOST_TEST(cache.bytes() == bytes);
+          *storage.slots_left = 1L << 40;
+          for (int t = 0; t < 5; ++t) cache.append(0, 0, token, token);
+          BOOST_TEST(cache.keys(0, 0).tokens() == held + 5);
+          BOOST_TEST(cache.values(0, 0).tokens() == held + 5);
+        }
+      }
+  BOOST_TEST(failures >= 14); // both slots of every per-token case; flushes of the key and the value
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -111,7 +111,7 @@ public:
     append_to(k, key, "keys");
     try {
       append_to(values(layer, kv_head), value, "values");
-    } catch (const error&) {
+    } catch (...) {         // a refused value, or storage out of memory
       k.take_back_newest(); // both streams keep the same tokens
       throw;
     }
