@@ -145,14 +145,19 @@ struct encoder_kernels : vector_basics<Arch> {
     if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.group_channels % width != 0)
       return scalar::encode_uniform_record<&all_finite, &absmax, &min_max, &encode_uniform, &to_half, &from_half>(
           f, fit, max_code, x, record);
-    const auto run = [&]<uniform_fit Fit, unsigned Bits>() {
+    return with_fit_and_bits(fit, f.bits, [&]<uniform_fit Fit, unsigned Bits>() {
       for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
         if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
       return true;
-    };
+    });
+  }
+
+  // body.template operator()<Fit, Bits>() for the run-time fit and bits (8, 4 or 2).
+  template <class Body>
+  static bool with_fit_and_bits(uniform_fit fit, unsigned bits, Body&& body) noexcept {
     const auto with_bits = [&]<uniform_fit Fit>() {
-      if (f.bits == 8) return run.template operator()<Fit, 8>();
-      return f.bits == 4 ? run.template operator()<Fit, 4>() : run.template operator()<Fit, 2>();
+      if (bits == 8) return body.template operator()<Fit, 8>();
+      return bits == 4 ? body.template operator()<Fit, 4>() : body.template operator()<Fit, 2>();
     };
     return fit == uniform_fit::absmax ? with_bits.template operator()<uniform_fit::absmax>()
                                       : with_bits.template operator()<uniform_fit::min_max>();
@@ -252,13 +257,9 @@ struct encoder_kernels : vector_basics<Arch> {
                                       const float* x, std::uint8_t* block) noexcept {
     if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.head_dim % width != 0 || tokens == 0)
       return scalar::encode_uniform_channels<&all_finite, &to_half, &from_half>(f, fit, max_code, tokens, x, block);
-    const auto with_bits = [&]<uniform_fit Fit>() {
-      if (f.bits == 8) return encode_channel_vectors<Fit, 8>(f, max_code, tokens, x, block);
-      return f.bits == 4 ? encode_channel_vectors<Fit, 4>(f, max_code, tokens, x, block)
-                         : encode_channel_vectors<Fit, 2>(f, max_code, tokens, x, block);
-    };
-    return fit == uniform_fit::absmax ? with_bits.template operator()<uniform_fit::absmax>()
-                                      : with_bits.template operator()<uniform_fit::min_max>();
+    return with_fit_and_bits(fit, f.bits, [&]<uniform_fit Fit, unsigned Bits>() {
+      return encode_channel_vectors<Fit, Bits>(f, max_code, tokens, x, block);
+    });
   }
 
   template <uniform_fit Fit, unsigned Bits>
