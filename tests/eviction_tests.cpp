@@ -327,6 +327,26 @@ BOOST_AUTO_TEST_CASE(eviction_composes_with_kivi_quantization_below_either_alone
   }
 }
 
+// Paged storage erases within pages (its pages end up partly filled); the records and their
+// order are the same as in flat storage, so an evicting eval measures the same attention.
+BOOST_AUTO_TEST_CASE(evicting_into_paged_storage_measures_what_flat_storage_does) {
+  const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=8,T=600,D=64,seed=4)");
+  for (const std::string recipe :
+       {"k=f16@token,v=f16@token,evict=h2o(0.1,0.1)", "k=int4@group(32),v=int4@group(32),evict=tova(0.2)",
+        "k=uint2@channel(32),v=uint2@group(32),residual=64,evict=h2o(0.1,0.1)"}) {
+    const auto flat = kvlab::evaluate(kvlab::parse_recipe(recipe, components()), data);
+    const auto paged = kvlab::evaluate(kvlab::parse_recipe(recipe + ",store=paged(4)", components()), data);
+    BOOST_TEST(flat.tokens_kept == paged.tokens_kept, recipe);
+    BOOST_TEST_REQUIRE(flat.per_step.size() == paged.per_step.size());
+    for (std::size_t m = 0; m < flat.per_step.size(); ++m) {
+      const auto &a = flat.per_step[m].stats, &b = paged.per_step[m].stats;
+      BOOST_TEST((a.mean == b.mean && a.min == b.min && a.max == b.max), recipe << ": " << flat.per_step[m].name);
+    }
+    BOOST_TEST(flat.key_mse.mean == paged.key_mse.mean, recipe);
+    BOOST_TEST(flat.value_mse.mean == paged.value_mse.mean, recipe);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(demoted_tokens_stay_readable_in_a_lower_precision_tier) {
   const auto& data = small_llm();
   auto cache = make_cache("k=f16@token,v=f16@token,evict=window(16),demote=int4@group(16)", data);

@@ -112,7 +112,8 @@ inline void attend_layer(const kv_cache& cache, std::size_t layer, std::span<con
     trace->offsets.assign(q_heads + 1, 0);
     for (std::size_t h = 0; h < q_heads; ++h)
       trace->offsets[h + 1] = trace->offsets[h] + cache.keys(layer, h / group).tokens();
-    trace->probabilities.assign(trace->offsets.back(), 0.0f);
+    // Every weight is written below (a group's weights are its scores, in place): no fill.
+    trace->probabilities.resize(trace->offsets.back());
     trace->log_sum_exp.assign(q_heads, 0.0);
   }
   // One KV head: its whole GQA group, start to finish. KV heads share nothing (each stream
@@ -125,21 +126,24 @@ inline void attend_layer(const kv_cache& cache, std::size_t layer, std::span<con
     // Fold the softmax temperature into the queries once instead of into every score.
     for (std::size_t i = 0; i < group * head_dim; ++i)
       scaled_queries[i] = queries[kv_head * group * head_dim + i] * scale;
-    scores.resize(group * tokens);
-    keys.dot_all(kernels, scaled_queries, group, scores);
+    // The group's weights are group x tokens, head-major, as the trace lays them out: with a
+    // trace the scores are computed, and turned into weights, in the trace itself.
+    std::span<float> weights;
+    if (trace) {
+      weights = std::span(trace->probabilities).subspan(trace->offsets[kv_head * group], group * tokens);
+    } else {
+      scores.resize(group * tokens);
+      weights = scores;
+    }
+    keys.dot_all(kernels, scaled_queries, group, weights);
     for (std::size_t g = 0; g < group; ++g) {
-      const auto head_scores = std::span(scores).subspan(g * tokens, tokens);
-      const float log_sum_exp = kernels.softmax(head_scores.data(), tokens);
-      const std::size_t h = kv_head * group + g;
-      if (trace) {
-        std::ranges::copy(head_scores, trace->probabilities.begin() + static_cast<std::ptrdiff_t>(trace->offsets[h]));
-        trace->log_sum_exp[h] = log_sum_exp;
-      }
+      const float log_sum_exp = kernels.softmax(weights.data() + g * tokens, tokens);
+      if (trace) trace->log_sum_exp[kv_head * group + g] = log_sum_exp;
     }
     if (!with_output) return;
     const auto head_out = out.subspan(kv_head * group * head_dim, group * head_dim);
     std::ranges::fill(head_out, 0.0f);
-    values.axpy_all(kernels, scores, group, head_out);
+    values.axpy_all(kernels, weights, group, head_out);
   };
   const std::size_t workers = std::min<std::size_t>(std::max(1u, threads), cache.kv_heads());
   if (workers == 1) {
