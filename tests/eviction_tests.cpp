@@ -327,8 +327,9 @@ BOOST_AUTO_TEST_CASE(eviction_composes_with_kivi_quantization_below_either_alone
   }
 }
 
-// Paged storage erases within pages (its pages end up partly filled); the records and their
-// order are the same as in flat storage, so an evicting eval measures the same attention.
+// Erasure compacts paged storage page by page, where flat storage moves one buffer; the
+// records and their order are the same, so an evicting eval measures the same attention
+// (runs of records split at page boundaries change no result).
 BOOST_AUTO_TEST_CASE(evicting_into_paged_storage_measures_what_flat_storage_does) {
   const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=8,T=600,D=64,seed=4)");
   for (const std::string recipe :
