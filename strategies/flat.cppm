@@ -1,5 +1,5 @@
-// flat: every record of a stream in one contiguous buffer; erasing moves the shorter side
-// of the victims and releases the freed capacity once it is half the buffer.
+// flat: every record of a stream in one buffer, in order, with at most one gap where the
+// last victims were erased; capacity is released once it is half the buffer.
 // Paper: - (the contiguous layout of HF transformers' DynamicCache)
 module;
 #include <algorithm>
@@ -23,66 +23,85 @@ public:
     bytes_.resize(end + record_bytes_);
     return std::span(bytes_).subspan(end);
   }
-  void pop_back() override { bytes_.resize(bytes_.size() - record_bytes_); }
+  void pop_back() override {
+    bytes_.resize(bytes_.size() - record_bytes_);
+    drop_gap_at_end();
+  }
   void reserve(std::size_t records) override { bytes_.reserve(bytes_.size() + records * record_bytes_); }
   std::span<const std::uint8_t> record(std::size_t index) const override {
-    return live().subspan(index * record_bytes_, record_bytes_);
+    return std::span(bytes_).subspan(slot(index) * record_bytes_, record_bytes_);
   }
-  std::span<const std::uint8_t> run(std::size_t first) const override { return live().subspan(first * record_bytes_); }
-  std::size_t size() const noexcept override { return (bytes_.size() - start_) / record_bytes_; }
+  std::span<const std::uint8_t> run(std::size_t first) const override {
+    const std::size_t end = first < gap_at_ ? gap_at_ : slots();
+    return std::span(bytes_).subspan(slot(first) * record_bytes_, (end - slot(first)) * record_bytes_);
+  }
+  std::size_t size() const noexcept override { return slots() - gap_; }
   std::size_t record_bytes() const noexcept override { return record_bytes_; }
-  std::size_t bytes_reserved() const noexcept override { return bytes_.size() - start_; }
-  // Each step of an evicting cache erases a token or two from a long buffer, so the records
-  // on the shorter side of the victims move: those after them down, or those before them up
-  // over a dead prefix (dropped once it outgrows the live records). A sliding window or a
-  // sink-and-window policy then moves a handful of records per step, not the whole cache.
-  // Moving up keeps the runs on cache lines only when the victims span whole lines (fp16
-  // records of head_dim 32 or more); other records always move down.
+  std::size_t bytes_reserved() const noexcept override { return size() * record_bytes_; }
+  // Each step of an evicting cache erases a token or two from a long buffer, and step after
+  // step near the same place: behind a sliding window's front, behind the sinks, at the edge
+  // of H2O's recent window. The erased slots form a gap that stays where the last victims
+  // were, and the next erasure moves only the records between the gap and its victims, so a
+  // policy that erases near where it erased before moves a handful of records per step, not
+  // the cache. When the gap is further from the victims than from the end, it is closed by
+  // moving the records after it down instead. A gap is kept only while it spans whole cache
+  // lines, so every record keeps the line offset it has in a gapless buffer.
   void erase(std::span<const std::size_t> sorted_indices) override {
     const std::size_t n = size();
     for (std::size_t i = 0; i < sorted_indices.size(); ++i)
       if (sorted_indices[i] >= n || (i > 0 && sorted_indices[i] <= sorted_indices[i - 1]))
         throw error("flat storage: erase needs ascending, unique indices below " + std::to_string(n));
     if (sorted_indices.empty()) return;
-    std::uint8_t* base = bytes_.data() + start_;
-    const auto move = [&](std::size_t to, std::size_t from, std::size_t count) {
-      std::memmove(base + to * record_bytes_, base + from * record_bytes_, count * record_bytes_);
-    };
-    const std::size_t victims = sorted_indices.size();
-    if (victims * record_bytes_ % cache_line_bytes == 0 && sorted_indices.back() < n - sorted_indices.front()) {
-      // Up: each run before a victim moves towards the end, the last run first.
-      std::size_t kept_end = sorted_indices.back() + 1;
-      for (std::size_t i = victims; i-- > 0;) {
-        const std::size_t run_start = i > 0 ? sorted_indices[i - 1] + 1 : 0, count = sorted_indices[i] - run_start;
-        kept_end -= count;
-        move(kept_end, run_start, count);
-      }
-      start_ += victims * record_bytes_;
-      if (start_ > bytes_.size() - start_) compact();
-    } else {
-      std::size_t kept = sorted_indices.front();
-      for (std::size_t i = 0; i < victims; ++i) {
-        const std::size_t first = sorted_indices[i] + 1, end = i + 1 < victims ? sorted_indices[i + 1] : n;
-        move(kept, first, end - first);
-        kept += end - first;
-      }
-      bytes_.resize(start_ + kept * record_bytes_);
+    const std::size_t victims = sorted_indices.size(), first = sorted_indices.front();
+    const bool gap_stays_on_lines = (gap_ + victims) * record_bytes_ % cache_line_bytes == 0;
+    if (!gap_stays_on_lines || n - gap_at_ < (first > gap_at_ ? first - gap_at_ : gap_at_ - first)) close_gap();
+    move_gap_to(first);
+    // The gap now ends at the first victim: it swallows each victim, and the live records
+    // between one victim and the next move down across it.
+    for (std::size_t i = 0; i < victims; ++i) {
+      ++gap_;
+      if (i + 1 == victims) break;
+      const std::size_t between = sorted_indices[i + 1] - sorted_indices[i] - 1;
+      move_slots(gap_at_, gap_at_ + gap_, between);
+      gap_at_ += between;
     }
-    // Capacity is released once it is twice what is held: shrinking at every erase would
-    // copy every record twice per step (shrink, then grow at the next append).
-    if (bytes_.capacity() > 2 * (bytes_.size() - start_)) compact(), bytes_.shrink_to_fit();
+    if (!gap_stays_on_lines) close_gap();
+    drop_gap_at_end();
+    // A gap longer than the live records is closed (one move of them, after at least as many
+    // erasures), and capacity is released once it is twice what is held: shrinking at every
+    // erase would copy every record twice per step (shrink, then grow at the next append).
+    if (gap_ > size()) close_gap();
+    if (bytes_.capacity() > 2 * bytes_reserved()) close_gap(), bytes_.shrink_to_fit();
   }
 
 private:
-  std::span<const std::uint8_t> live() const noexcept { return std::span(bytes_).subspan(start_); }
-  void compact() {
-    bytes_.erase(bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(start_));
-    start_ = 0;
+  std::size_t slots() const noexcept { return bytes_.size() / record_bytes_; }
+  // Live record `index` sits in slot `index` before the gap, and `gap_` slots later after it.
+  std::size_t slot(std::size_t index) const noexcept { return index < gap_at_ ? index : index + gap_; }
+  void move_slots(std::size_t to, std::size_t from, std::size_t count) {
+    std::memmove(bytes_.data() + to * record_bytes_, bytes_.data() + from * record_bytes_, count * record_bytes_);
+  }
+  // The gap moves to sit before live record `index`, carrying the records in between across it.
+  void move_gap_to(std::size_t index) {
+    if (gap_ > 0 && index > gap_at_) move_slots(gap_at_, gap_at_ + gap_, index - gap_at_);
+    if (gap_ > 0 && index < gap_at_) move_slots(index + gap_, index, gap_at_ - index);
+    gap_at_ = index;
+  }
+  void close_gap() {
+    move_gap_to(size());
+    drop_gap_at_end();
+  }
+  void drop_gap_at_end() {
+    if (gap_at_ < size()) return;
+    bytes_.resize(bytes_.size() - gap_ * record_bytes_);
+    gap_ = 0;
+    gap_at_ = 0;
   }
 
   std::size_t record_bytes_;
   std::vector<std::uint8_t, line_aligned_allocator<std::uint8_t>> bytes_; // vector loads stay within lines
-  std::size_t start_ = 0; // bytes of erased records before the live ones
+  std::size_t gap_at_ = 0;                                                // live records before the gap
+  std::size_t gap_ = 0; // erased record slots between them and the rest
 };
 
 struct flat_storage {

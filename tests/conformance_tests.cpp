@@ -214,8 +214,8 @@ BOOST_AUTO_TEST_CASE(storage_stores_compact_on_erase_and_release_memory) {
   }
 }
 
-// An evicting cache's pattern: append one record, erase one or two near the front, the
-// middle or the end, for many steps. Every store keeps exactly the records a plain list
+// An evicting cache's pattern: append one record, erase one to three near the front, the
+// middle, the end or scattered, for many steps. Every store keeps exactly the records a plain list
 // keeps, in order, on cache lines, whichever side of the victims it moves.
 BOOST_AUTO_TEST_CASE(storage_stores_follow_a_reference_list_through_an_eviction_pattern) {
   for (const auto& s_name : components().instances(kvlab::component_kind::storage))
@@ -234,22 +234,35 @@ BOOST_AUTO_TEST_CASE(storage_stores_follow_a_reference_list_through_an_eviction_
           append(300 + step);
           const std::size_t n = reference.size();
           std::vector<std::size_t> victims;
-          switch (step % 4) {
-          case 0: victims = {4}; break;         // behind 4 sinks
-          case 1: victims = {0, 1}; break;      // the oldest two
-          case 2: victims = {n / 2}; break;     // the middle
-          default: victims = {3, n - 2}; break; // both ends
+          switch (step % 6) {
+          case 0: victims = {4}; break;                                   // behind 4 sinks
+          case 1: victims = {0, 1}; break;                                // the oldest two
+          case 2: victims = {n / 2}; break;                               // the middle
+          case 3: victims = {3, n - 2}; break;                            // both ends
+          case 4: victims = {n - 40}; break;                              // the edge of a recent window
+          default: victims = {step % 97, 100 + step % 89, n - 41}; break; // scattered
           }
           store->erase(victims);
           for (std::size_t v = victims.size(); v-- > 0;)
             reference.erase(reference.begin() + static_cast<std::ptrdiff_t>(victims[v]));
-          if (victims.size() == 2) append(100000 + step); // the size stays near 300
+          for (std::uint32_t extra = 1; extra < victims.size(); ++extra) append(100000 + 4 * step + extra); // near 300
           BOOST_TEST_REQUIRE(store->size() == reference.size());
           BOOST_TEST_REQUIRE(reinterpret_cast<std::uintptr_t>(store->run(0).data()) % kvlab::cache_line_bytes == 0u);
           for (const std::size_t i : {std::size_t{0}, reference.size() / 3, reference.size() - 1}) {
             std::uint32_t id = 0;
             std::memcpy(&id, store->record(i).data(), sizeof id);
             BOOST_TEST_REQUIRE(id == reference[i], "record " << i << " after step " << step);
+          }
+          // Walked run by run, as the kernels walk it, the store holds the same records.
+          for (std::size_t i = 0; i < reference.size();) {
+            const auto run = store->run(i);
+            BOOST_TEST_REQUIRE((!run.empty() && run.size() % record_bytes == 0u));
+            for (std::size_t r = 0; r < run.size() / record_bytes; ++r, ++i) {
+              std::uint32_t id = 0;
+              std::memcpy(&id, run.data() + r * record_bytes, sizeof id);
+              BOOST_TEST_REQUIRE((i < reference.size() && id == reference[i]),
+                                 "run record " << i << " after step " << step);
+            }
           }
         }
         for (std::size_t i = 0; i < reference.size(); ++i) {
