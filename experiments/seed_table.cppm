@@ -20,11 +20,16 @@ module;
 #include <utility>
 #include <vector>
 
-#include <boost/math/distributions/students_t.hpp>
 export module kvlab.runner:seed_table;
 import kvlab;
 import :results_folder;
 import :recipe_list;
+
+namespace kvlab {
+// The quantile at `probability` of Student's t distribution with `degrees_of_freedom`
+// (student_t.cpp: Boost.Math, kept out of this interface).
+extern "C++" double student_t_quantile(double degrees_of_freedom, double probability);
+} // namespace kvlab
 
 export namespace kvlab {
 
@@ -48,8 +53,7 @@ inline seed_interval t_interval95(std::span<const double> values) {
   for (const double x : values)
     if (std::isfinite(x)) squares += (x - r.mean) * (x - r.mean);
   const double sd = std::sqrt(squares / static_cast<double>(r.n - 1));
-  const boost::math::students_t t(static_cast<double>(r.n - 1));
-  r.half_width = boost::math::quantile(t, 0.975) * sd / std::sqrt(static_cast<double>(r.n));
+  r.half_width = student_t_quantile(static_cast<double>(r.n - 1), 0.975) * sd / std::sqrt(static_cast<double>(r.n));
   return r;
 }
 
