@@ -14,11 +14,9 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 std::vector<std::string> policies_with_a_budget() {
   std::vector<std::string> names;
-  for (const auto& info : components().list())
+  for (const auto& info : kvlab::builtin_registry().list())
     if (info.kind == kvlab::component_kind::eviction && info.at_budget) names.push_back(info.name);
   return names;
 }
@@ -27,7 +25,8 @@ std::vector<std::string> policies_with_a_budget() {
 // after each token's compression.
 template <class Check>
 void prefill_checking(const std::string& recipe, const kvlab::kv_data& data, Check check) {
-  kvlab::kv_cache cache(kvlab::parse_recipe(recipe, components()), data.layers(), data.kv_heads(), data.head_dim());
+  kvlab::kv_cache cache(kvlab::parse_recipe(recipe, kvlab::builtin_registry()), data.layers(), data.kv_heads(),
+                        data.head_dim());
   kvlab::step_scratch scratch;
   for (std::size_t t = 0; t < data.tokens(); ++t) {
     kvlab::prefill_token(cache, data, t, data.tokens(), scratch, kvlab::active_kernels());
@@ -124,19 +123,20 @@ BOOST_AUTO_TEST_CASE(budgets_round_trip_their_canonical_names) {
   for (const std::string r : {"k=f16@token,v=f16@token,evict=h2o,budget=512",
                               "k=int4@group(32),v=int4@group(32),sinks=4,evict=snapkv,budget=204.8,alloc=pyramid(20),"
                               "demote=uint2@token"}) {
-    const auto parsed = kvlab::parse_recipe(r, components());
+    const auto parsed = kvlab::parse_recipe(r, kvlab::builtin_registry());
     BOOST_TEST(kvlab::canonical_name(parsed) == r);
-    BOOST_TEST((kvlab::parse_recipe(kvlab::canonical_name(parsed), components()) == parsed));
+    BOOST_TEST((kvlab::parse_recipe(kvlab::canonical_name(parsed), kvlab::builtin_registry()) == parsed));
   }
   // Parts in any order; the canonical name puts budget after evict.
-  BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe("budget=5.12e2,k=f16@token,evict=tova", components())) ==
-             "k=f16@token,v=f16@token,evict=tova,budget=512");
+  BOOST_TEST(
+      kvlab::canonical_name(kvlab::parse_recipe("budget=5.12e2,k=f16@token,evict=tova", kvlab::builtin_registry())) ==
+      "k=f16@token,v=f16@token,evict=tova,budget=512");
 }
 
 BOOST_AUTO_TEST_CASE(bad_budgets_name_the_problem) {
   const auto fails_with = [](const std::string& recipe, const std::string& part) {
     const std::string message =
-        kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(recipe, components()); });
+        kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(recipe, kvlab::builtin_registry()); });
     BOOST_TEST(!message.empty(), recipe << " was accepted");
     BOOST_TEST(kvlab_test::contains(message, part), recipe << ": " << message);
   };
@@ -150,7 +150,7 @@ BOOST_AUTO_TEST_CASE(bad_budgets_name_the_problem) {
   fails_with("k=f16@token,evict=h2o,budget=8,budget=9", "'budget' is given twice");
   // What the budget buys depends on the cache's shape: checked when the cache is built.
   const auto builds_with = [](const std::string& recipe, const std::string& part) {
-    const auto r = kvlab::parse_recipe(recipe, components());
+    const auto r = kvlab::parse_recipe(recipe, kvlab::builtin_registry());
     const std::string message = kvlab_test::message_of<kvlab::error>([&] { kvlab::kv_cache(r, 2, 2, 32); });
     BOOST_TEST(kvlab_test::contains(message, part), recipe << ": " << message);
   };

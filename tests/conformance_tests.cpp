@@ -14,8 +14,6 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 std::vector<float> gaussian_rows(std::size_t rows, std::size_t head_dim, std::uint64_t seed) {
   kvlab::random_stream random(seed, 0);
   std::vector<float> values(rows * head_dim);
@@ -48,22 +46,22 @@ BOOST_AUTO_TEST_SUITE(conformance)
 BOOST_AUTO_TEST_CASE(registry_offers_instances_of_every_kind) {
   for (const auto kind : {kvlab::component_kind::quantizer, kvlab::component_kind::granularity,
                           kvlab::component_kind::eviction, kvlab::component_kind::storage})
-    BOOST_TEST(!components().instances(kind).empty(), kvlab::kind_name(kind));
+    BOOST_TEST(!kvlab::builtin_registry().instances(kind).empty(), kvlab::kind_name(kind));
 #ifdef KVLAB_TEST_STRATEGIES
   // tests/strategies/test_sign.cppm is found by the build alone.
-  const auto quantizers = components().instances(kvlab::component_kind::quantizer);
+  const auto quantizers = kvlab::builtin_registry().instances(kvlab::component_kind::quantizer);
   BOOST_TEST(std::ranges::count(quantizers, "test_sign") == 1);
 #endif
 }
 
 BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest_level) {
   const std::size_t tokens = 40; // not a multiple of channel(32): the last block is short
-  for (const auto& q_name : components().instances(kvlab::component_kind::quantizer)) {
-    for (const auto& g_name : components().instances(kvlab::component_kind::granularity)) {
+  for (const auto& q_name : kvlab::builtin_registry().instances(kvlab::component_kind::quantizer)) {
+    for (const auto& g_name : kvlab::builtin_registry().instances(kvlab::component_kind::granularity)) {
       for (const std::size_t head_dim : {64u, 128u}) {
         BOOST_TEST_CONTEXT(q_name << "@" << g_name << " head_dim " << head_dim) {
-          const auto quantizer = components().make_quantizer(q_name);
-          const auto shape = components().make_granularity(g_name).group_shape(head_dim);
+          const auto quantizer = kvlab::builtin_registry().make_quantizer(q_name);
+          const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(head_dim);
           const auto values = gaussian_rows(tokens, head_dim, head_dim);
           const auto out =
               kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim);
@@ -119,15 +117,15 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
   const auto values = gaussian_rows(tokens, head_dim, 5);
   const auto query = gaussian_rows(1, head_dim, 6);
   const auto weights = gaussian_rows(1, tokens, 7);
-  for (const auto& q_name : components().instances(kvlab::component_kind::quantizer)) {
-    for (const auto& g_name : components().instances(kvlab::component_kind::granularity)) {
-      const auto quantizer = components().make_quantizer(q_name);
-      const auto shape = components().make_granularity(g_name).group_shape(head_dim);
+  for (const auto& q_name : kvlab::builtin_registry().instances(kvlab::component_kind::quantizer)) {
+    for (const auto& g_name : kvlab::builtin_registry().instances(kvlab::component_kind::granularity)) {
+      const auto quantizer = kvlab::builtin_registry().make_quantizer(q_name);
+      const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(head_dim);
       if (shape.tokens != 1) {
         // Token-spanning groups are the residual window's job; until then, a clear error.
         if (shape.tokens == 0)
           BOOST_CHECK_EXCEPTION(kvlab::kv_stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
-                                                 components().make_storage("flat"), {}),
+                                                 kvlab::builtin_registry().make_storage("flat"), {}),
                                 kvlab::error, [](const kvlab::error& e) {
                                   return std::string(e.what()).find("use them with kvlab codec") != std::string::npos;
                                 });
@@ -139,7 +137,7 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
         BOOST_TEST_CONTEXT(q_name << "@" << g_name << " " << kvlab::isa_name(isa)) {
           const auto& kernels = kvlab::kernels_for(isa);
           kvlab::kv_stream stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
-                                  components().make_storage("flat"), {});
+                                  kvlab::builtin_registry().make_storage("flat"), {});
           for (std::size_t t = 0; t < tokens; ++t)
             stream.append(std::span(values).subspan(t * head_dim, head_dim), kernels);
 
@@ -179,14 +177,14 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
 }
 
 BOOST_AUTO_TEST_CASE(parameters_beyond_fp16_range_are_an_error_not_infinity) {
-  const auto quantizer = components().make_quantizer("int8");
+  const auto quantizer = kvlab::builtin_registry().make_quantizer("int8");
   const auto& kernels = kvlab::active_kernels();
   kvlab::kv_stream stream(quantizer, {.tokens = 1, .channels = 4}, 4, kvlab::param_precision::f16,
-                          components().make_storage("flat"), {});
+                          kvlab::builtin_registry().make_storage("flat"), {});
   const std::vector<float> huge{1e9f, -2e9f, 3.0f, 0.0f};
   BOOST_CHECK_THROW(stream.append(huge, kernels), kvlab::error);
   kvlab::kv_stream wide(quantizer, {.tokens = 1, .channels = 4}, 4, kvlab::param_precision::f32,
-                        components().make_storage("flat"), {});
+                        kvlab::builtin_registry().make_storage("flat"), {});
   wide.append(huge, kernels);
   std::vector<float> decoded(4);
   wide.decode(0, decoded);
@@ -194,9 +192,9 @@ BOOST_AUTO_TEST_CASE(parameters_beyond_fp16_range_are_an_error_not_infinity) {
 }
 
 BOOST_AUTO_TEST_CASE(storage_stores_compact_on_erase_and_release_memory) {
-  for (const auto& s_name : components().instances(kvlab::component_kind::storage)) {
+  for (const auto& s_name : kvlab::builtin_registry().instances(kvlab::component_kind::storage)) {
     BOOST_TEST_CONTEXT(s_name) {
-      const auto store = components().make_storage(s_name).make_store(3);
+      const auto store = kvlab::builtin_registry().make_storage(s_name).make_store(3);
       for (std::uint8_t i = 0; i < 10; ++i) store->append(std::vector<std::uint8_t>{i, i, i});
       BOOST_TEST(store->bytes_reserved() >= 30u);
       const std::size_t before = store->bytes_reserved();
@@ -218,10 +216,10 @@ BOOST_AUTO_TEST_CASE(storage_stores_compact_on_erase_and_release_memory) {
 // middle, the end or scattered, for many steps. Every store keeps exactly the records a plain list
 // keeps, in order, on cache lines, whichever side of the victims it moves.
 BOOST_AUTO_TEST_CASE(storage_stores_follow_a_reference_list_through_an_eviction_pattern) {
-  for (const auto& s_name : components().instances(kvlab::component_kind::storage))
+  for (const auto& s_name : kvlab::builtin_registry().instances(kvlab::component_kind::storage))
     for (const std::size_t record_bytes : {std::size_t{64}, std::size_t{40}}) {
       BOOST_TEST_CONTEXT(s_name << ", records of " << record_bytes << " bytes") {
-        const auto store = components().make_storage(s_name).make_store(record_bytes);
+        const auto store = kvlab::builtin_registry().make_storage(s_name).make_store(record_bytes);
         std::vector<std::uint32_t> reference; // the id of every live record, in order
         const auto append = [&](std::uint32_t id) {
           std::vector<std::uint8_t> record(record_bytes);
@@ -278,9 +276,9 @@ BOOST_AUTO_TEST_CASE(storage_stores_follow_a_reference_list_through_an_eviction_
 BOOST_AUTO_TEST_CASE(storage_runs_start_on_cache_lines) {
   // Every store's runs start on a 64-byte line, however large the buffer and after it grew
   // or was compacted: the kernels' vector loads of a run then never straddle two lines.
-  for (const auto& s_name : components().instances(kvlab::component_kind::storage)) {
+  for (const auto& s_name : kvlab::builtin_registry().instances(kvlab::component_kind::storage)) {
     BOOST_TEST_CONTEXT(s_name) {
-      const auto store = components().make_storage(s_name).make_store(32);
+      const auto store = kvlab::builtin_registry().make_storage(s_name).make_store(32);
       const auto aligned = [](std::span<const std::uint8_t> run) {
         return reinterpret_cast<std::uintptr_t>(run.data()) % kvlab::cache_line_bytes == 0;
       };

@@ -15,10 +15,9 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 kvlab::eval_result run(const std::string& recipe, const std::string& data, std::size_t steps = 32) {
-  return kvlab::evaluate(kvlab::parse_recipe(recipe, components()), kvlab::load_data(data), {.decode_steps = steps});
+  return kvlab::evaluate(kvlab::parse_recipe(recipe, kvlab::builtin_registry()), kvlab::load_data(data),
+                         {.decode_steps = steps});
 }
 
 const std::string gaussian = "synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)";
@@ -112,9 +111,9 @@ BOOST_AUTO_TEST_CASE(every_metric_reports_what_it_measures) {
 
 BOOST_AUTO_TEST_CASE(every_registered_metric_is_measured_stored_and_tabled) {
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=96,D=64,seed=4)");
-  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int4@group(32),v=int4@group(32)", components()), data,
-                                 {.decode_steps = 4});
-  const auto metrics = components().every_metric();
+  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int4@group(32),v=int4@group(32)", kvlab::builtin_registry()),
+                                 data, {.decode_steps = 4});
+  const auto metrics = kvlab::builtin_registry().every_metric();
   BOOST_TEST(r.per_step.size() == metrics.size());
   const auto json = kvlab::parse_json(kvlab::to_json(r), "metrics.json");
   for (const auto& m : metrics) {
@@ -131,8 +130,9 @@ BOOST_AUTO_TEST_CASE(every_registered_metric_is_measured_stored_and_tabled) {
   BOOST_TEST(kvlab_test::contains(kvlab_test::message_of<kvlab::error>([&] { r.metric("nonsense"); }),
                                   "metric 'nonsense' was not measured (measured: "));
   // A subset can be asked for.
-  const auto only = kvlab::evaluate(kvlab::parse_recipe("k=int4@group(32),v=int4@group(32)", components()), data,
-                                    {.decode_steps = 4, .metrics = {components().make_metric("topk_recall(4)")}});
+  const auto only =
+      kvlab::evaluate(kvlab::parse_recipe("k=int4@group(32),v=int4@group(32)", kvlab::builtin_registry()), data,
+                      {.decode_steps = 4, .metrics = {kvlab::builtin_registry().make_metric("topk_recall(4)")}});
   BOOST_TEST(only.per_step.size() == 1u);
   BOOST_TEST(only.metric("topk_recall(4)").mean > 0.0);
 #ifdef KVLAB_TEST_STRATEGIES
@@ -232,10 +232,10 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bit_identical_results) {
 
 BOOST_AUTO_TEST_CASE(protocol_rejects_bad_step_counts_and_unsupported_tiers) {
   const auto data = kvlab::load_data("synthetic:gaussian(T=16)");
-  const auto recipe = kvlab::parse_recipe("k=int8@token", components());
+  const auto recipe = kvlab::parse_recipe("k=int8@token", kvlab::builtin_registry());
   BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, {.decode_steps = 16}), kvlab::error);
   BOOST_CHECK_THROW(kvlab::evaluate(recipe, data, {.decode_steps = 0}), kvlab::error);
-  const auto per_tensor = kvlab::parse_recipe("k=int8@tensor", components());
+  const auto per_tensor = kvlab::parse_recipe("k=int8@tensor", kvlab::builtin_registry());
   BOOST_CHECK_THROW(kvlab::evaluate(per_tensor, data, {.decode_steps = 4}), kvlab::error);
 }
 
@@ -243,7 +243,7 @@ BOOST_AUTO_TEST_CASE(non_finite_kv_data_is_reported_with_its_position) {
   auto data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=2,T=8,D=4)");
   data.values.row(1, 0, 5)[3] = NAN;
   try {
-    kvlab::evaluate(kvlab::parse_recipe("k=f16@token", components()), data, {.decode_steps = 2});
+    kvlab::evaluate(kvlab::parse_recipe("k=f16@token", kvlab::builtin_registry()), data, {.decode_steps = 2});
     BOOST_FAIL("NaN was accepted");
   } catch (const kvlab::error& e) {
     BOOST_TEST(std::string(e.what()).find(
@@ -304,7 +304,7 @@ BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_r
   };
   const auto error_of = [](const std::string& recipe, const kvlab::kv_data& data) {
     return kvlab_test::message_of<kvlab::error>(
-        [&] { kvlab::evaluate(kvlab::parse_recipe(recipe, components()), data, {.decode_steps = 8}); });
+        [&] { kvlab::evaluate(kvlab::parse_recipe(recipe, kvlab::builtin_registry()), data, {.decode_steps = 8}); });
   };
   const auto huge = scaled(1e20);
   for (const std::string recipe : {"k=f32@token,v=f32@token", "k=int8@token,v=int8@token,scale=f32"}) {
@@ -317,14 +317,14 @@ BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_r
   BOOST_TEST(residual.find("beyond the fp16 range (65504) of the sink and residual tiers") != std::string::npos,
              residual);
   // The f16 quantizer saturates at +-65504 (a documented choice): finite, honest errors.
-  const auto saturated =
-      kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f32@token", components()), large, {.decode_steps = 8});
+  const auto saturated = kvlab::evaluate(kvlab::parse_recipe("k=f16@token,v=f32@token", kvlab::builtin_registry()),
+                                         large, {.decode_steps = 8});
   BOOST_TEST(std::isfinite(saturated.metric("attn_rel_l2").mean));
   BOOST_TEST(saturated.key_mse.mean > 1e9);
   const std::string scales = error_of("k=int8@token,v=f32@token", scaled(1e9));
   BOOST_TEST(scales.find("beyond the fp16 range (65504); use scale=f32") != std::string::npos, scales);
-  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=f32@token,scale=f32", components()), large,
-                                 {.decode_steps = 8});
+  const auto r = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=f32@token,scale=f32", kvlab::builtin_registry()),
+                                 large, {.decode_steps = 8});
   BOOST_TEST(std::isfinite(r.metric("attn_rel_l2").mean));
   BOOST_TEST(r.metric("attn_rel_l2").mean < 0.05);
 }
@@ -335,7 +335,7 @@ BOOST_AUTO_TEST_CASE(cache_estimate_is_a_tight_upper_bound_without_eviction) {
   for (const std::string text : {"k=int8@token,v=int8@token", "k=uint2@channel(32),v=uint2@group(32),residual=128",
                                  "k=f32@token,v=f16@token,scale=f32,sinks=4", "k=rht(lloyd3)@token,v=nf4@group(32)"}) {
     BOOST_TEST_CONTEXT(text) {
-      const auto recipe = kvlab::parse_recipe(text, components());
+      const auto recipe = kvlab::parse_recipe(text, kvlab::builtin_registry());
       const double estimate = kvlab::estimated_cache_bytes(recipe, 4, 512, 64);
       const auto held = static_cast<double>(kvlab::evaluate(recipe, data).cache_bytes);
       BOOST_TEST(estimate >= held);

@@ -18,10 +18,9 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 kvlab::kv_cache make_cache(const std::string& recipe, const kvlab::kv_data& data) {
-  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), data.layers(), data.kv_heads(), data.head_dim());
+  return kvlab::kv_cache(kvlab::parse_recipe(recipe, kvlab::builtin_registry()), data.layers(), data.kv_heads(),
+                         data.head_dim());
 }
 
 std::vector<std::size_t> held_positions(const kvlab::kv_stream& stream) {
@@ -55,14 +54,14 @@ BOOST_AUTO_TEST_CASE(every_policy_keeps_its_budget_after_every_step_and_frees_th
     for (std::size_t t = 0; t < 10; ++t) kvlab::append_token(cache, data, t);
     return cache.bytes(0, 0) / 10;
   }();
-  std::vector<std::string> policies = components().instances(kvlab::component_kind::eviction);
+  std::vector<std::string> policies = kvlab::builtin_registry().instances(kvlab::component_kind::eviction);
   for (const std::string extra : {"window(0.25)", "h2o(0.1,0.2)", "tova(0.3)", "knorm(0.5)", "random(0.2,7)"})
     policies.push_back(extra);
   for (const auto& policy : policies) {
     BOOST_TEST_CONTEXT(policy) {
       const std::string recipe = "k=int8@token,v=int8@token,evict=" + policy;
       auto cache = make_cache(recipe, data);
-      const auto eviction = components().make_eviction(policy);
+      const auto eviction = kvlab::builtin_registry().make_eviction(policy);
       const auto schedule = eviction.needs().schedule;
       const bool at_prefill = schedule && schedule->after_prefill();
       const std::size_t prefill = data.tokens();
@@ -315,7 +314,7 @@ BOOST_AUTO_TEST_CASE(eviction_composes_with_kivi_quantization_below_either_alone
   for (const std::string store : {"", ",store=paged(16)"}) {
     const std::string kivi = "k=uint2@channel(32),v=uint2@group(32),residual=128";
     const auto evaluate = [&](const std::string& r) {
-      return kvlab::evaluate(kvlab::parse_recipe(r + store, components()), data);
+      return kvlab::evaluate(kvlab::parse_recipe(r + store, kvlab::builtin_registry()), data);
     };
     const auto both = evaluate(kivi + ",evict=h2o(0.1,0.1)");
     const auto quantized = evaluate(kivi);
@@ -335,8 +334,9 @@ BOOST_AUTO_TEST_CASE(evicting_into_paged_storage_measures_what_flat_storage_does
   for (const std::string recipe :
        {"k=f16@token,v=f16@token,evict=h2o(0.1,0.1)", "k=int4@group(32),v=int4@group(32),evict=tova(0.2)",
         "k=uint2@channel(32),v=uint2@group(32),residual=64,evict=h2o(0.1,0.1)"}) {
-    const auto flat = kvlab::evaluate(kvlab::parse_recipe(recipe, components()), data);
-    const auto paged = kvlab::evaluate(kvlab::parse_recipe(recipe + ",store=paged(4)", components()), data);
+    const auto flat = kvlab::evaluate(kvlab::parse_recipe(recipe, kvlab::builtin_registry()), data);
+    const auto paged =
+        kvlab::evaluate(kvlab::parse_recipe(recipe + ",store=paged(4)", kvlab::builtin_registry()), data);
     BOOST_TEST(flat.tokens_kept == paged.tokens_kept, recipe);
     BOOST_TEST_REQUIRE(flat.per_step.size() == paged.per_step.size());
     for (std::size_t m = 0; m < flat.per_step.size(); ++m) {
@@ -376,7 +376,7 @@ BOOST_AUTO_TEST_CASE(the_same_recipe_and_seed_give_identical_results) {
   const auto data = kvlab::load_data("synthetic:llm(L=2,H=2,Q=4,T=200,D=32,seed=9)");
   for (const std::string r : {"k=int4@group(32),v=int4@group(32),evict=random(0.3,5)",
                               "k=f16@token,v=f16@token,evict=snapkv(0.25,16,5),alloc=adakv"}) {
-    const auto recipe = kvlab::parse_recipe(r, components());
+    const auto recipe = kvlab::parse_recipe(r, kvlab::builtin_registry());
     BOOST_TEST(kvlab::to_json(kvlab::evaluate(recipe, data)) == kvlab::to_json(kvlab::evaluate(recipe, data)));
   }
 }
@@ -384,7 +384,7 @@ BOOST_AUTO_TEST_CASE(the_same_recipe_and_seed_give_identical_results) {
 BOOST_AUTO_TEST_CASE(bad_eviction_recipes_name_the_problem) {
   const auto fails_with = [](const std::string& recipe, const std::string& part) {
     const std::string message =
-        kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(recipe, components()); });
+        kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(recipe, kvlab::builtin_registry()); });
     BOOST_TEST(!message.empty(), recipe << " was accepted");
     BOOST_TEST(kvlab_test::contains(message, part), recipe << ": " << message);
   };
@@ -397,19 +397,23 @@ BOOST_AUTO_TEST_CASE(bad_eviction_recipes_name_the_problem) {
   fails_with("k=f16@token,evict=snapkv(64,0,5)", "observation window W: '0' is outside 1..");
   fails_with("k=f16@token,evict=lru(5)", "lru");
   fails_with("k=f16@token,evict=h2o(4,4),alloc=fair",
-             "unknown allocation 'fair'; allowed: " + components().allowed(kvlab::component_kind::allocation));
+             "unknown allocation 'fair'; allowed: " +
+                 kvlab::builtin_registry().allowed(kvlab::component_kind::allocation));
   fails_with("k=f16@token,evict=h2o(4,4),alloc=adakv(2)", "alpha must be in [0, 1], got 2");
   fails_with("k=f16@token,evict=h2o(4,4),gqa=median",
-             "unknown aggregation 'median'; allowed: " + components().allowed(kvlab::component_kind::aggregation));
+             "unknown aggregation 'median'; allowed: " +
+                 kvlab::builtin_registry().allowed(kvlab::component_kind::aggregation));
   fails_with("k=f16@token,evict=h2o(4,4),compress=every(0)", "'every(0)', N: '0' is outside 1..");
   fails_with("k=f16@token,evict=h2o(4,4),compress=sometimes",
-             "unknown schedule 'sometimes'; allowed: " + components().allowed(kvlab::component_kind::schedule));
+             "unknown schedule 'sometimes'; allowed: " +
+                 kvlab::builtin_registry().allowed(kvlab::component_kind::schedule));
   fails_with("k=f16@token,evict=h2o(4,4),demote=uint2", "quantizer@granularity");
   fails_with("k=f16@token,evict=h2o(4,4),demote=uint9@token", "uint9");
   fails_with("k=f16@token,demote=uint2@token", "need an eviction policy");
   fails_with("k=f16@token,alloc=adakv", "need an eviction policy");
   // Demotion needs per-token groups: known only with the head dimension, at cache construction.
-  const auto r = kvlab::parse_recipe("k=f16@token,v=f16@token,evict=h2o(4,4),demote=uint2@channel(16)", components());
+  const auto r =
+      kvlab::parse_recipe("k=f16@token,v=f16@token,evict=h2o(4,4),demote=uint2@channel(16)", kvlab::builtin_registry());
   BOOST_CHECK_EXCEPTION(kvlab::kv_cache(r, 1, 1, 32), kvlab::error, [](const kvlab::error& e) {
     return std::string(e.what()).find("per-token groups") != std::string::npos;
   });
@@ -421,13 +425,14 @@ BOOST_AUTO_TEST_CASE(recipes_with_eviction_round_trip_their_canonical_names) {
                               "k=f16@token,v=f16@token,evict=snapkv(64,8,5),alloc=adakv(0.2),gqa=max,compress=every(16)"
                               ",demote=uint2@token,store=paged(16)",
                               "k=f16@token,v=f16@token,evict=streaming(4,128),alloc=pyramid(20)"}) {
-    const auto parsed = kvlab::parse_recipe(r, components());
+    const auto parsed = kvlab::parse_recipe(r, kvlab::builtin_registry());
     BOOST_TEST(kvlab::canonical_name(parsed) == r);
-    BOOST_TEST((kvlab::parse_recipe(kvlab::canonical_name(parsed), components()) == parsed));
+    BOOST_TEST((kvlab::parse_recipe(kvlab::canonical_name(parsed), kvlab::builtin_registry()) == parsed));
   }
   // Defaults are spelled out in normalized form.
-  BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe("k=f16@token,evict=h2o(4,4),alloc=adakv", components())) ==
-             "k=f16@token,v=f16@token,evict=h2o(4,4),alloc=adakv(0.2)");
+  BOOST_TEST(
+      kvlab::canonical_name(kvlab::parse_recipe("k=f16@token,evict=h2o(4,4),alloc=adakv", kvlab::builtin_registry())) ==
+      "k=f16@token,v=f16@token,evict=h2o(4,4),alloc=adakv(0.2)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -12,8 +12,6 @@ import kvlab.runner;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 // The error message of `f()`, or "" when it does not throw.
 template <class F>
 std::string error_of(F f) {
@@ -35,7 +33,7 @@ BOOST_AUTO_TEST_CASE(a_recipes_file_has_labels_comments_and_the_given_order) {
                                                 "\n"
                                                 "  k=int8@group(32) ,v=int8@group(32)\n"
                                                 "H2O 25% = evict=h2o(0.125,0.125)\n",
-                                                "r.txt", components());
+                                                "r.txt", kvlab::builtin_registry());
   BOOST_TEST_REQUIRE(recipes.size() == 3u);
   BOOST_TEST(recipes[0].label == "KIVI-2");
   BOOST_TEST(kvlab::canonical_name(recipes[0].value) == "k=uint2@channel(32),v=uint2@group(32),residual=128");
@@ -48,7 +46,7 @@ BOOST_AUTO_TEST_CASE(every_bad_line_of_a_recipes_file_is_reported_with_its_numbe
   const std::string message = error_of([] {
     kvlab::parse_recipe_list("a = k=int4@group(32)\nb = k=int9@token\n# fine\nc = k=int4@token,evict=foo(3)\nd =\n"
                              "e = k=int4@group(32),v=f16@token\n",
-                             "r.txt", components());
+                             "r.txt", kvlab::builtin_registry());
   });
   BOOST_TEST(message.find("4 bad lines in r.txt; nothing was run") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:2: recipe part 'k=int9@token'") != std::string::npos, message);
@@ -56,7 +54,7 @@ BOOST_AUTO_TEST_CASE(every_bad_line_of_a_recipes_file_is_reported_with_its_numbe
   BOOST_TEST(message.find("r.txt:5: label 'd' has no recipe") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:6: repeats the recipe of line 1") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:2") < message.find("r.txt:4")); // in line order
-  BOOST_TEST(error_of([] { kvlab::parse_recipe_list("# nothing\n", "r.txt", components()); }) ==
+  BOOST_TEST(error_of([] { kvlab::parse_recipe_list("# nothing\n", "r.txt", kvlab::builtin_registry()); }) ==
              "r.txt holds no recipe");
 }
 
@@ -107,9 +105,9 @@ BOOST_AUTO_TEST_CASE(numbers_keep_the_digits_their_interval_needs) {
 }
 
 BOOST_AUTO_TEST_CASE(a_cell_uses_the_files_of_the_strategies_its_recipe_names) {
-  const auto files =
-      kvlab::sources_used(kvlab::parse_recipe("k=int4@group(32),v=rht(lloyd3)@token,evict=h2o(0.1,0.1)", components()),
-                          "synthetic:llm(seed=1)", components());
+  const auto files = kvlab::sources_used(
+      kvlab::parse_recipe("k=int4@group(32),v=rht(lloyd3)@token,evict=h2o(0.1,0.1)", kvlab::builtin_registry()),
+      "synthetic:llm(seed=1)", kvlab::builtin_registry());
   const auto has = [&](const std::string& f) { return std::ranges::find(files, f) != files.end(); };
   for (const char* used :
        {"strategies/int_symmetric.cppm", "strategies/group.cppm", "strategies/rht.cppm", "strategies/lloyd.cppm",

@@ -32,12 +32,10 @@ const std::string story =
     "but his mom said no. Tim was sad. Then his mom said, \"If you help me clean the house, you can have the car.\" "
     "Tim helped his mom and got the car. He was very happy.";
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 kvlab::perplexity_result score(const kvlab::model_config& c, const kvlab::model_weights& w,
                                std::span<const std::int32_t> tokens, const std::string& recipe,
                                const kvlab::perplexity_options& o, const kvlab::scored_run* base = nullptr) {
-  const auto run = kvlab::run_scored(c, w, tokens, kvlab::parse_recipe(recipe, components()), o);
+  const auto run = kvlab::run_scored(c, w, tokens, kvlab::parse_recipe(recipe, kvlab::builtin_registry()), o);
   return kvlab::compare_with_base(base ? *base : run, run, c, recipe);
 }
 
@@ -205,8 +203,8 @@ BOOST_AUTO_TEST_CASE(ppl_ranks_recipes_on_stories260k) {
   const kvlab::model m = kvlab::load_model(*stories);
   const auto tokens = story_tokens(m);
   const kvlab::perplexity_options o{.context = 64, .chunk_bos = m.tokenizer->bos()};
-  const auto base =
-      kvlab::run_scored(m.config, m.weights, tokens, kvlab::parse_recipe("k=f16@token,v=f16@token", components()), o);
+  const auto base = kvlab::run_scored(m.config, m.weights, tokens,
+                                      kvlab::parse_recipe("k=f16@token,v=f16@token", kvlab::builtin_registry()), o);
   const auto kld = [&](const std::string& recipe) {
     const auto r = score(m.config, m.weights, tokens, recipe, o, &base);
     BOOST_TEST_MESSAGE(recipe << ": KLD " << r.kld.value << ", PPL " << r.ppl.value);
@@ -251,7 +249,7 @@ BOOST_AUTO_TEST_CASE(model_data_spec_gives_a_real_workload) {
   BOOST_TEST((data.keys.shape() == kvlab::kv_shape{5, 4, 96, 8}));
   BOOST_TEST((data.queries.shape() == kvlab::kv_shape{5, 8, 96, 8}));
   BOOST_TEST(data.source == spec);
-  const auto& c = components();
+  const auto& c = kvlab::builtin_registry();
   const auto int8 = kvlab::evaluate(kvlab::parse_recipe("k=int8@token,v=int8@token", c), data, {.decode_steps = 16});
   BOOST_TEST((int8.metric("attn_rel_l2").mean > 0.0 && int8.metric("attn_rel_l2").mean < 0.2));
   const auto expect_error = [&](const std::string& bad, const std::string& fragment) {

@@ -14,8 +14,6 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 std::vector<float> gaussian(std::size_t n, std::uint64_t seed) {
   kvlab::random_stream random(seed, 1);
   std::vector<float> values(n);
@@ -65,7 +63,7 @@ BOOST_AUTO_TEST_SUITE(quantizer_library)
 
 BOOST_AUTO_TEST_CASE(fp8_decodes_all_256_codes_as_the_ocp_definition) {
   for (const auto& f : fp8_cases) {
-    const auto q = components().make_quantizer(f.name);
+    const auto q = kvlab::builtin_registry().make_quantizer(f.name);
     BOOST_TEST_REQUIRE(q.levels().size() == 256u);
     for (unsigned code = 0; code < 256; ++code) {
       const float expected = f.definition(code), actual = q.decode(code, {.scale = 1.0f});
@@ -81,7 +79,7 @@ BOOST_AUTO_TEST_CASE(fp8_decodes_all_256_codes_as_the_ocp_definition) {
 
 BOOST_AUTO_TEST_CASE(fp8_rounds_halfway_values_to_the_even_mantissa_and_saturates) {
   for (const auto& f : fp8_cases) {
-    const auto q = components().make_quantizer(f.name);
+    const auto q = kvlab::builtin_registry().make_quantizer(f.name);
     for (unsigned code = 0; code < f.max_code; ++code) {
       const float lower = f.definition(code), upper = f.definition(code + 1);
       const float halfway = (lower + upper) / 2; // exact: fp8 values have few mantissa bits
@@ -103,7 +101,7 @@ BOOST_AUTO_TEST_CASE(fp8_encodes_any_float_to_the_nearest_code_found_by_search) 
   // Random bit patterns reach every binade, subnormals, infinities and NaNs alike.
   kvlab::random_stream random(8, 3);
   for (const auto& f : fp8_cases) {
-    const auto q = components().make_quantizer(f.name);
+    const auto q = kvlab::builtin_registry().make_quantizer(f.name);
     for (const float scale : {1.0f, 0.375f, 3.0e-3f}) {
       for (int sample = 0; sample < 40000; ++sample) {
         const auto x = std::bit_cast<float>(static_cast<std::uint32_t>(random.next()));
@@ -130,8 +128,8 @@ BOOST_AUTO_TEST_CASE(lloyd_codebooks_reach_the_lloyd_max_distortion) {
   const std::size_t tokens = 4096, head_dim = 128;
   const auto values = gaussian(tokens * head_dim, 42);
   for (unsigned bits = 1; bits <= 4; ++bits) {
-    const auto q = components().make_quantizer("lloyd" + std::to_string(bits));
-    const auto shape = components().make_granularity("tensor").group_shape(head_dim);
+    const auto q = kvlab::builtin_registry().make_quantizer("lloyd" + std::to_string(bits));
+    const auto shape = kvlab::builtin_registry().make_granularity("tensor").group_shape(head_dim);
     const auto out = kvlab::quantize_dequantize(q, shape, kvlab::param_precision::f16, values, tokens, head_dim);
     BOOST_TEST(std::fabs(out.stats.mse / optimum[bits - 1] - 1.0) < 0.01,
                "lloyd" << bits << "@tensor mse " << out.stats.mse << " vs " << optimum[bits - 1]);
@@ -148,8 +146,8 @@ BOOST_AUTO_TEST_CASE(rht_lloyd_matches_turboquant_on_unit_vectors) {
     for (std::size_t c = 0; c < head_dim; ++c) values[v * head_dim + c] /= static_cast<float>(std::sqrt(norm));
   }
   for (unsigned bits = 1; bits <= 4; ++bits) {
-    const auto q = components().make_quantizer("rht(lloyd" + std::to_string(bits) + ")");
-    const auto shape = components().make_granularity("token").group_shape(head_dim);
+    const auto q = kvlab::builtin_registry().make_quantizer("rht(lloyd" + std::to_string(bits) + ")");
+    const auto shape = kvlab::builtin_registry().make_granularity("token").group_shape(head_dim);
     const auto out = kvlab::quantize_dequantize(q, shape, kvlab::param_precision::f16, values, vectors, head_dim);
     const double per_vector = out.stats.mse * head_dim; // ||x - x_hat||^2 of a unit vector
     BOOST_TEST(std::fabs(per_vector / optimum[bits - 1] - 1.0) < 0.05,
@@ -161,7 +159,7 @@ BOOST_AUTO_TEST_CASE(rht_signs_are_the_top_bit_of_each_channels_stream_within_an
   // Rotating e_i over one 2048-channel block gives sign(i) / sqrt(2048) in channel 0 (the
   // first Hadamard row is all ones); sign(i) is the top bit of stream i's first draw.
   const std::uint64_t seed = 3;
-  const auto q = components().make_quantizer("rht(f32,3)");
+  const auto q = kvlab::builtin_registry().make_quantizer("rht(f32,3)");
   const std::size_t head_dim = 2048;
   for (const std::size_t i : {0u, 5u, 1023u, 1024u, 1500u, 2047u}) {
     std::vector<float> unit(head_dim, 0.0f);
@@ -174,7 +172,7 @@ BOOST_AUTO_TEST_CASE(rht_signs_are_the_top_bit_of_each_channels_stream_within_an
 }
 
 BOOST_AUTO_TEST_CASE(rht_is_orthogonal_for_any_head_dim) {
-  const auto q = components().make_quantizer("rht(f32,3)");
+  const auto q = kvlab::builtin_registry().make_quantizer("rht(f32,3)");
   for (const std::size_t head_dim : {1u, 7u, 64u, 96u, 100u, 128u}) {
     auto x = gaussian(head_dim, head_dim);
     const auto original = x;
@@ -186,9 +184,9 @@ BOOST_AUTO_TEST_CASE(rht_is_orthogonal_for_any_head_dim) {
     q.unrotate(x);
     for (std::size_t i = 0; i < head_dim; ++i) BOOST_TEST(std::fabs(x[i] - original[i]) < 1e-5f);
   }
-  BOOST_TEST(components().make_quantizer("rht(lloyd3,5)").name() == "rht(lloyd3,5)");
-  BOOST_CHECK_THROW(components().make_quantizer("rht()"), kvlab::error);
-  BOOST_CHECK_THROW(components().make_quantizer("rht(lloyd9)"), kvlab::error);
+  BOOST_TEST(kvlab::builtin_registry().make_quantizer("rht(lloyd3,5)").name() == "rht(lloyd3,5)");
+  BOOST_CHECK_THROW(kvlab::builtin_registry().make_quantizer("rht()"), kvlab::error);
+  BOOST_CHECK_THROW(kvlab::builtin_registry().make_quantizer("rht(lloyd9)"), kvlab::error);
 }
 
 // llama.cpp's block formats (ggml-quants.c), written here as reference: q8_0 stores
@@ -224,10 +222,10 @@ BOOST_AUTO_TEST_CASE(group_formats_are_no_worse_than_llama_cpp_blocks_at_equal_b
   double signal = 0.0;
   for (const float v : values) signal += double{v} * v;
   signal /= static_cast<double>(values.size());
-  const auto shape = components().make_granularity("group(32)").group_shape(head_dim);
-  const auto int8 = kvlab::quantize_dequantize(components().make_quantizer("int8"), shape, kvlab::param_precision::f16,
-                                               values, tokens, head_dim);
-  const auto uint4 = kvlab::quantize_dequantize(components().make_quantizer("uint4"), shape,
+  const auto shape = kvlab::builtin_registry().make_granularity("group(32)").group_shape(head_dim);
+  const auto int8 = kvlab::quantize_dequantize(kvlab::builtin_registry().make_quantizer("int8"), shape,
+                                               kvlab::param_precision::f16, values, tokens, head_dim);
+  const auto uint4 = kvlab::quantize_dequantize(kvlab::builtin_registry().make_quantizer("uint4"), shape,
                                                 kvlab::param_precision::f16, values, tokens, head_dim);
   const double q8_0 = std::sqrt(mse(llama_q8_0(values), values) / signal);
   const double q4_1 = std::sqrt(mse(llama_q4_1(values), values) / signal);
@@ -245,17 +243,17 @@ BOOST_AUTO_TEST_CASE(group_formats_are_no_worse_than_llama_cpp_blocks_at_equal_b
 
 BOOST_AUTO_TEST_CASE(granularities_reject_groups_that_do_not_fit_head_dim) {
   for (const std::string bad : {"group(48)", "group(256)", "group(3)"})
-    BOOST_CHECK_THROW(components().make_granularity(bad).group_shape(128), kvlab::error);
-  BOOST_CHECK_THROW(components().make_granularity("channel(0)"), kvlab::error);
-  BOOST_TEST((components().make_granularity("channel(32)").group_shape(128) == kvlab::group_shape{32, 1}));
-  BOOST_TEST((components().make_granularity("tensor").group_shape(64) == kvlab::group_shape{0, 64}));
+    BOOST_CHECK_THROW(kvlab::builtin_registry().make_granularity(bad).group_shape(128), kvlab::error);
+  BOOST_CHECK_THROW(kvlab::builtin_registry().make_granularity("channel(0)"), kvlab::error);
+  BOOST_TEST((kvlab::builtin_registry().make_granularity("channel(32)").group_shape(128) == kvlab::group_shape{32, 1}));
+  BOOST_TEST((kvlab::builtin_registry().make_granularity("tensor").group_shape(64) == kvlab::group_shape{0, 64}));
 }
 
 BOOST_AUTO_TEST_CASE(codec_rejects_non_finite_input_with_its_position) {
   std::vector<float> values(4 * 8, 1.0f);
   values[2 * 8 + 5] = INFINITY;
   try {
-    kvlab::quantize_dequantize(components().make_quantizer("int8"), {.tokens = 1, .channels = 8},
+    kvlab::quantize_dequantize(kvlab::builtin_registry().make_quantizer("int8"), {.tokens = 1, .channels = 8},
                                kvlab::param_precision::f16, values, 4, 8);
     BOOST_FAIL("Inf was accepted");
   } catch (const kvlab::error& e) {
@@ -271,12 +269,13 @@ BOOST_AUTO_TEST_CASE(huge_values_give_finite_output_or_an_error_naming_the_group
   std::vector<float> values = gaussian(tokens * head_dim, 5);
   for (std::size_t i = 0; i < values.size(); i += 3) values[i] = (i % 2 ? -3e38f : 3e38f);
   std::size_t refused = 0;
-  for (const auto& name : components().instances(kvlab::component_kind::quantizer))
+  for (const auto& name : kvlab::builtin_registry().instances(kvlab::component_kind::quantizer))
     for (const auto precision : {kvlab::param_precision::f16, kvlab::param_precision::f32}) {
       BOOST_TEST_CONTEXT(name << (precision == kvlab::param_precision::f32 ? " f32" : " f16")) {
         try {
-          const auto out = kvlab::quantize_dequantize(components().make_quantizer(name), {.tokens = 1, .channels = 32},
-                                                      precision, values, tokens, head_dim);
+          const auto out =
+              kvlab::quantize_dequantize(kvlab::builtin_registry().make_quantizer(name), {.tokens = 1, .channels = 32},
+                                         precision, values, tokens, head_dim);
           BOOST_TEST(std::ranges::all_of(out.decoded, [](float x) { return std::isfinite(x); }));
           BOOST_TEST(std::isfinite(out.stats.max_abs_error));
         } catch (const kvlab::error& e) {
@@ -294,8 +293,8 @@ BOOST_AUTO_TEST_CASE(huge_values_give_finite_output_or_an_error_naming_the_group
                                         {"rht(lloyd3)", kvlab::param_precision::f32}}) {
     BOOST_TEST_CONTEXT(name) {
       try {
-        kvlab::quantize_dequantize(components().make_quantizer(name), {.tokens = 1, .channels = 32}, precision, values,
-                                   tokens, head_dim);
+        kvlab::quantize_dequantize(kvlab::builtin_registry().make_quantizer(name), {.tokens = 1, .channels = 32},
+                                   precision, values, tokens, head_dim);
         BOOST_FAIL("huge values were accepted");
       } catch (const kvlab::error& e) {
         BOOST_TEST(std::string(e.what()).find("codec group 0 (tokens 0..0, channels 0..31)") != std::string::npos,

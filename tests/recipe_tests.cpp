@@ -9,11 +9,9 @@ using namespace kvlab_test;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 // The message of the kvlab::error that parsing `text` throws ("" if none).
 std::string parse_error(const std::string& text) {
-  return kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(text, components()); });
+  return kvlab_test::message_of<kvlab::error>([&] { kvlab::parse_recipe(text, kvlab::builtin_registry()); });
 }
 
 } // namespace
@@ -24,7 +22,7 @@ BOOST_AUTO_TEST_CASE(every_baseline_round_trips_through_its_canonical_name) {
   for (const auto& baseline : kvlab::configs::baselines()) {
     BOOST_TEST_CONTEXT(baseline.label) {
       const auto name = kvlab::canonical_name(baseline.value);
-      const auto parsed = kvlab::parse_recipe(name, components());
+      const auto parsed = kvlab::parse_recipe(name, kvlab::builtin_registry());
       BOOST_TEST((parsed == baseline.value));
       BOOST_TEST(kvlab::canonical_name(parsed) == name);
     }
@@ -32,7 +30,8 @@ BOOST_AUTO_TEST_CASE(every_baseline_round_trips_through_its_canonical_name) {
 }
 
 BOOST_AUTO_TEST_CASE(parsing_fills_every_part_and_normalizes_spelling) {
-  const auto r = kvlab::parse_recipe("v=int4@group( 32 ),k=int8@token,scale=f32,store=flat,evict=none", components());
+  const auto r =
+      kvlab::parse_recipe("v=int4@group( 32 ),k=int8@token,scale=f32,store=flat,evict=none", kvlab::builtin_registry());
   BOOST_TEST(r.keys.quantizer.name() == "int8");
   BOOST_TEST(r.keys.granularity.name() == "token");
   BOOST_TEST(r.values.quantizer.name() == "int4");
@@ -45,17 +44,17 @@ BOOST_AUTO_TEST_CASE(canonical_name_lists_non_default_tiers) {
   const kvlab::any_recipe r =
       kvlab::recipe{.keys = kvlab::stream{kvlab::parts::int_q{8}, kvlab::parts::token{}}, .sinks = 4, .residual = 128};
   BOOST_TEST(kvlab::canonical_name(r) == "k=int8@token,v=f16@token,sinks=4,residual=128");
-  BOOST_TEST((kvlab::parse_recipe(kvlab::canonical_name(r), components()) == r));
+  BOOST_TEST((kvlab::parse_recipe(kvlab::canonical_name(r), kvlab::builtin_registry()) == r));
 }
 
 BOOST_AUTO_TEST_CASE(omitted_streams_default_to_f16_per_token) {
-  const auto r = kvlab::parse_recipe("k=int8@token", components());
+  const auto r = kvlab::parse_recipe("k=int8@token", kvlab::builtin_registry());
   BOOST_TEST(r.values.name() == "f16@token");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_names_say_where_and_what_is_allowed) {
   // The allowed names come from the registry, so a new strategy file needs no edit here.
-  const auto allowed = [](kvlab::component_kind kind) { return components().allowed(kind); };
+  const auto allowed = [](kvlab::component_kind kind) { return kvlab::builtin_registry().allowed(kind); };
   const auto quantizer = parse_error("k=int8@token,v=q4@token");
   BOOST_TEST(contains(quantizer, "recipe part 'v=q4@token'"), quantizer);
   BOOST_TEST(contains(quantizer, "unknown quantizer 'q4'; allowed: " + allowed(kvlab::component_kind::quantizer)),
@@ -87,7 +86,7 @@ BOOST_AUTO_TEST_CASE(a_strategy_registered_twice_names_both_files) {
                         "strategies/window.cppm)",
              message);
   // Every built-in strategy knows its file.
-  for (const auto& info : components().list()) BOOST_TEST(info.source.ends_with(".cppm"), info.name);
+  for (const auto& info : kvlab::builtin_registry().list()) BOOST_TEST(info.source.ends_with(".cppm"), info.name);
 }
 
 BOOST_AUTO_TEST_CASE(malformed_parts_are_rejected_with_their_position) {
@@ -134,7 +133,7 @@ BOOST_AUTO_TEST_CASE(deep_nesting_is_an_error_not_a_stack_overflow) {
 
 BOOST_AUTO_TEST_CASE(every_spelling_of_a_component_gets_one_canonical_name) {
   const auto name = [](const std::string& text) {
-    return kvlab::canonical_name(kvlab::parse_recipe(text, components()));
+    return kvlab::canonical_name(kvlab::parse_recipe(text, kvlab::builtin_registry()));
   };
   BOOST_TEST(name("k=int08@token,v=uint002@group(032)") == "k=int8@token,v=uint2@group(32)");
   BOOST_TEST(name("k=rht(lloyd03)@token,evict=window(1e2)") == "k=rht(lloyd3)@token,v=f16@token,evict=window(100)");
@@ -143,7 +142,7 @@ BOOST_AUTO_TEST_CASE(every_spelling_of_a_component_gets_one_canonical_name) {
 }
 
 BOOST_AUTO_TEST_CASE(every_registered_name_round_trips_through_the_name_it_gives_itself) {
-  const auto& r = components();
+  const auto& r = kvlab::builtin_registry();
   const auto check = [&](kvlab::component_kind kind, auto&& make) {
     const auto instances = r.instances(kind);
     BOOST_TEST(!instances.empty(), kvlab::kind_name(kind));

@@ -17,10 +17,8 @@ import kvlab;
 
 namespace {
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 kvlab::kv_cache make_cache(const std::string& recipe, std::size_t layers, std::size_t kv_heads, std::size_t head_dim) {
-  return kvlab::kv_cache(kvlab::parse_recipe(recipe, components()), layers, kv_heads, head_dim);
+  return kvlab::kv_cache(kvlab::parse_recipe(recipe, kvlab::builtin_registry()), layers, kv_heads, head_dim);
 }
 
 // Flat storage whose stores run out of memory (std::bad_alloc) once `slots_left` more
@@ -49,7 +47,7 @@ struct exhaustible_storage {
   std::string name() const { return "exhaustible"; }
   std::unique_ptr<kvlab::record_store> make_store(std::size_t record_bytes) const {
     auto s = std::make_unique<store>();
-    s->records = components().make_storage("flat").make_store(record_bytes);
+    s->records = kvlab::builtin_registry().make_storage("flat").make_store(record_bytes);
     s->slots_left = slots_left;
     return s;
   }
@@ -299,7 +297,7 @@ BOOST_AUTO_TEST_CASE(decode_attention_over_f32_matches_the_double_reference) {
 
 BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_attend) {
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=150,D=64,seed=8)");
-  for (const auto& q : components().instances(kvlab::component_kind::quantizer)) {
+  for (const auto& q : kvlab::builtin_registry().instances(kvlab::component_kind::quantizer)) {
     for (const std::string granularity : {"token", "group(32)", "channel(16)"}) {
       for (const std::string tiers : {"", ",residual=20,sinks=3"}) {
         const std::string recipe = "k=" + q + "@" + granularity + ",v=" + q + "@" + granularity + tiers;
@@ -424,7 +422,7 @@ BOOST_AUTO_TEST_CASE(storage_out_of_memory_leaves_no_half_appended_token) {
     for (const std::size_t before : {0u, 2u, 3u, 6u})
       for (const long slots : {0L, 1L}) { // the key's slot fails, or the value's
         BOOST_TEST_CONTEXT(recipe << ", after " << before << " tokens, " << slots << " slots left") {
-          auto parsed = kvlab::parse_recipe(recipe, components());
+          auto parsed = kvlab::parse_recipe(recipe, kvlab::builtin_registry());
           exhaustible_storage storage;
           parsed.storage = kvlab::any_storage(storage);
           kvlab::kv_cache cache(parsed, 1, 1, 32);

@@ -17,8 +17,6 @@ namespace {
 using namespace kvlab::parts;
 using kvlab::stream;
 
-const kvlab::registry& components() { return kvlab::builtin_registry(); }
-
 // Quantizer-shaped, but never opted in.
 struct untagged_quantizer {
   std::string name() const { return "untagged"; }
@@ -73,7 +71,8 @@ BOOST_AUTO_TEST_SUITE(typed_recipes)
 BOOST_AUTO_TEST_CASE(a_typed_recipe_erases_into_the_recipe_its_string_parses_into) {
   const kvlab::any_recipe kivi2 =
       kvlab::recipe{.keys = stream{uint_q{2}, channel{32}}, .values = stream{uint_q{2}, group{32}}, .residual = 128};
-  const auto parsed = kvlab::parse_recipe("k=uint2@channel(32),v=uint2@group(32),residual=128", components());
+  const auto parsed =
+      kvlab::parse_recipe("k=uint2@channel(32),v=uint2@group(32),residual=128", kvlab::builtin_registry());
   BOOST_TEST(kvlab::canonical_name(kivi2) == kvlab::canonical_name(parsed));
   BOOST_TEST((kivi2 == parsed));
   // and both evaluate to the same bytes
@@ -98,7 +97,7 @@ BOOST_AUTO_TEST_CASE(every_slot_composes_and_round_trips_its_canonical_name) {
   BOOST_TEST(name == "k=rht(lloyd3)@token,v=fp8_e4m3@group(32),scale=f32,sinks=4,residual=16,"
                      "evict=snapkv(0.25,16,5),alloc=adakv(0.5),gqa=max,compress=every(8),"
                      "demote=uint2@group(16),store=paged(16)");
-  BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe(name, components())) == name);
+  BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe(name, kvlab::builtin_registry())) == name);
   // Defaults are omitted, as in parsed recipes.
   const kvlab::any_recipe plain = kvlab::recipe{.keys = stream{int_q{8}, token{}}};
   BOOST_TEST(kvlab::canonical_name(plain) == "k=int8@token,v=f16@token");
@@ -117,20 +116,20 @@ BOOST_AUTO_TEST_CASE(every_baseline_and_config_recipe_round_trips) {
   BOOST_TEST(all.size() > 40u);
   for (const auto& r : all) {
     const std::string name = kvlab::canonical_name(r);
-    BOOST_TEST((kvlab::parse_recipe(name, components()) == r), name);
+    BOOST_TEST((kvlab::parse_recipe(name, kvlab::builtin_registry()) == r), name);
   }
 }
 
 BOOST_AUTO_TEST_CASE(the_eviction_budget_sweep_covers_every_policy_the_registry_has) {
   // Derived from the registry: a policy file that sets at_budget joins the sweep unedited.
   std::size_t policies = 0;
-  for (const auto& info : components().list())
+  for (const auto& info : kvlab::builtin_registry().list())
     if (info.kind == kvlab::component_kind::eviction && info.at_budget) ++policies;
   BOOST_TEST(policies >= 7u);
-  const auto recipes = kvlab::experiments::eviction_budget::recipes(components());
+  const auto recipes = kvlab::experiments::eviction_budget::recipes(kvlab::builtin_registry());
   // The full cache, every policy at 3 budgets, and h2o with demotion at 2 of them.
   BOOST_TEST(recipes.size() == 1 + 3 * policies + 2);
-  for (const auto& info : components().list())
+  for (const auto& info : kvlab::builtin_registry().list())
     if (info.kind == kvlab::component_kind::eviction && info.at_budget) {
       std::set<double> budgets;
       for (const auto& r : recipes)
@@ -159,7 +158,8 @@ BOOST_AUTO_TEST_CASE(an_allocation_rule_added_as_one_file_reaches_recipes_typed_
   // tests/strategies/test_front_loaded.cppm is found by the build alone.
   const auto data = kvlab::load_data("synthetic:llm(L=4,H=1,Q=2,T=100,D=16,seed=7)");
   const kvlab::any_recipe typed = kvlab::recipe{.eviction = window{40}, .allocation = test_front_loaded{}};
-  const auto parsed = kvlab::parse_recipe("k=f16@token,evict=window(40),alloc=test_front_loaded", components());
+  const auto parsed =
+      kvlab::parse_recipe("k=f16@token,evict=window(40),alloc=test_front_loaded", kvlab::builtin_registry());
   BOOST_TEST((typed == parsed));
   kvlab::kv_cache cache(typed, 4, 1, 16);
   kvlab::step_scratch scratch;
