@@ -18,9 +18,9 @@ export namespace kvlab::strategies::flat {
 class contiguous_records final : public record_store {
 public:
   explicit contiguous_records(std::size_t record_bytes) : record_bytes_(record_bytes) {}
-  std::span<std::uint8_t> append_slot() override {
+  std::span<std::uint8_t> append_slots(std::size_t records) override {
     const std::size_t end = bytes_.size();
-    bytes_.resize(end + record_bytes_);
+    bytes_.resize(end + std::max<std::size_t>(records, 1) * record_bytes_);
     return std::span(bytes_).subspan(end);
   }
   void pop_back() override {

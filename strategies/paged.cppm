@@ -45,9 +45,12 @@ public:
     for (auto& p : pages_) pool_->give_back(std::move(p), page_bytes());
   }
 
-  std::span<std::uint8_t> append_slot() override {
+  // Up to the end of the last page (a new one when it is full).
+  std::span<std::uint8_t> append_slots(std::size_t records) override {
     if (size_ == pages_.size() * page_records_) pages_.push_back(pool_->take(page_bytes()));
-    return {slot(size_++), record_bytes_};
+    const std::size_t first = size_;
+    size_ = std::min(pages_.size() * page_records_, first + std::max<std::size_t>(records, 1));
+    return {slot(first), (size_ - first) * record_bytes_};
   }
   void pop_back() override {
     --size_;

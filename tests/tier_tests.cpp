@@ -30,9 +30,11 @@ struct exhaustible_storage {
   struct store final : kvlab::record_store {
     std::unique_ptr<kvlab::record_store> records;
     std::shared_ptr<long> slots_left;
-    std::span<std::uint8_t> append_slot() override {
-      if ((*slots_left)-- <= 0) throw std::bad_alloc();
-      return records->append_slot();
+    std::span<std::uint8_t> append_slots(std::size_t n) override {
+      if (*slots_left <= 0) throw std::bad_alloc();
+      const auto slots = records->append_slots(std::min<std::size_t>(n, static_cast<std::size_t>(*slots_left)));
+      *slots_left -= static_cast<long>(slots.size() / records->record_bytes());
+      return slots;
     }
     void pop_back() override { records->pop_back(); }
     void reserve(std::size_t n) override { records->reserve(n); }
@@ -82,6 +84,29 @@ std::vector<double> dequantize_then_attend(const kvlab::kv_cache& cache, std::si
   std::vector<double> out(d);
   kvlab::exact_decode_attention(query, k, v, d, out);
   return out;
+}
+
+// Whether two caches hold the same tokens bit for bit in (layer 0, kv_head): positions,
+// decoded keys and values, bytes, and decode attention with `query` (its fixed-point value
+// path included).
+void require_same_head(const kvlab::kv_cache& a, const kvlab::kv_cache& b, std::size_t kv_head,
+                       std::span<const float> query) {
+  const std::size_t d = a.head_dim();
+  for (const auto& [x, y] :
+       {std::pair{&a.keys(0, kv_head), &b.keys(0, kv_head)}, std::pair{&a.values(0, kv_head), &b.values(0, kv_head)}}) {
+    BOOST_TEST_REQUIRE(x->tokens_seen() == y->tokens_seen());
+    BOOST_TEST_REQUIRE(std::ranges::equal(x->positions(), y->positions()));
+    BOOST_TEST_REQUIRE(x->bytes() == y->bytes());
+    std::vector<float> p(x->tokens() * d), q(p.size());
+    x->decode(0, x->tokens(), p);
+    y->decode(0, y->tokens(), q);
+    BOOST_TEST_REQUIRE(p == q);
+  }
+  if (a.keys(0, kv_head).tokens() == 0) return;
+  std::vector<float> out_a(d), out_b(d);
+  kvlab::decode_attention(a, 0, query, out_a, kvlab::active_kernels());
+  kvlab::decode_attention(b, 0, query, out_b, kvlab::active_kernels());
+  BOOST_TEST_REQUIRE(out_a == out_b);
 }
 
 } // namespace
@@ -449,6 +474,97 @@ BOOST_AUTO_TEST_CASE(storage_out_of_memory_leaves_no_half_appended_token) {
         }
       }
   BOOST_TEST(failures >= 14); // both slots of every per-token case; flushes of the key and the value
+}
+
+// append_tokens encodes a run of records per kernel call where both streams take tokens
+// straight into their bodies, and appends one by one where they do not (sinks still to
+// come, a residual window): either way the cache is the one `count` appends leave.
+BOOST_AUTO_TEST_CASE(appending_tokens_in_runs_stores_what_appends_one_by_one_store) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=1,Q=1,T=120,D=64,seed=5)");
+  const auto keys = data.keys.values(), values = data.values.values();
+  const auto query = data.queries.row(0, 0, 119);
+  for (const std::string recipe :
+       {"k=int8@group(32),v=int4@group(32)", "k=fp8_e4m3@token,v=nf4@group(16)", "k=f16@token,v=bf16@token",
+        "k=rht(int4)@group(32),v=lloyd2@group(32)", "k=uint4@group(16),v=uint2@group(32),store=paged(7)",
+        "k=int8@token,v=int8@token,sinks=3", "k=uint2@channel(8),v=int4@group(32),residual=8",
+        "k=int8@token,v=int4@group(32),evict=knorm,budget=60"})
+    BOOST_TEST_CONTEXT(recipe) {
+      auto one_by_one = make_cache(recipe, 1, 1, 64), in_runs = make_cache(recipe, 1, 1, 64);
+      for (std::size_t t = 0; t < 120; ++t) one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+      // 5 tokens one by one, then runs of 1, 50 and 64 tokens
+      for (std::size_t t = 0; t < 5; ++t) in_runs.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+      for (const auto& [first, count] : std::vector<std::pair<std::size_t, std::size_t>>{{5, 1}, {6, 50}, {56, 64}})
+        in_runs.append_tokens(0, 0, keys.subspan(first * 64, count * 64), values.subspan(first * 64, count * 64),
+                              count);
+      require_same_head(one_by_one, in_runs, 0, query);
+      if (one_by_one.evicts()) BOOST_TEST(one_by_one.score(0, 0) == in_runs.score(0, 0));
+    }
+}
+
+// A token that cannot be encoded in a run is named, with its layer, head and tensor; the
+// tokens before it stay in both streams, the cache as their appends one by one leave it
+// (the value grid's bounds included), and appends go on from there.
+BOOST_AUTO_TEST_CASE(a_token_refused_in_a_run_is_named_and_the_tokens_before_it_stay) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=1,Q=1,T=40,D=32,seed=8)");
+  const auto query = data.queries.row(0, 0, 39);
+  for (const std::string recipe :
+       {"k=int8@token,v=int4@group(32)", "k=int4@group(16),v=uint2@group(16),store=paged(4)"})
+    for (const bool in_values : {false, true})
+      BOOST_TEST_CONTEXT(recipe << (in_values ? ", a value refused" : ", a key refused")) {
+        std::vector<float> keys(data.keys.values().begin(), data.keys.values().end());
+        std::vector<float> values(data.values.values().begin(), data.values.values().end());
+        (in_values ? values : keys)[(3 + 13) * 32 + 5] = std::numeric_limits<float>::quiet_NaN(); // token 16
+        auto in_runs = make_cache(recipe, 1, 1, 32), one_by_one = make_cache(recipe, 1, 1, 32);
+        for (std::size_t t = 0; t < 3; ++t) {
+          in_runs.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+          one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+        }
+        try {
+          in_runs.append_tokens(0, 0, std::span(keys).subspan(3 * 32, 30 * 32),
+                                std::span(values).subspan(3 * 32, 30 * 32), 30);
+          BOOST_ERROR("a NaN was appended");
+        } catch (const kvlab::error& e) {
+          const std::string message = e.what();
+          BOOST_TEST(message.find(std::string(in_values ? "values" : "keys") +
+                                  " of layer 0, KV head 0, appending token 16") == 0);
+        }
+        for (std::size_t t = 3; t < 16; ++t) one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+        require_same_head(one_by_one, in_runs, 0, query);
+        for (std::size_t t = 17; t < 40; ++t) {
+          in_runs.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+          one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+        }
+        require_same_head(one_by_one, in_runs, 0, query);
+      }
+}
+
+// Storage out of memory in a run: a key's failure leaves no token of the call behind; a
+// value's leaves the tokens whose values were stored, in both streams; the cache goes on.
+BOOST_AUTO_TEST_CASE(storage_out_of_memory_in_a_run_keeps_both_streams_at_the_same_tokens) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=1,Q=1,T=40,D=32,seed=3)");
+  const auto keys = data.keys.values(), values = data.values.values();
+  for (const long slots : {0L, 7L, 19L, 20L, 33L}) BOOST_TEST_CONTEXT(slots << " slots left") {
+      auto parsed = kvlab::parse_recipe("k=int8@token,v=int4@group(32)", kvlab::builtin_registry());
+      exhaustible_storage storage;
+      parsed.storage = kvlab::any_storage(storage);
+      kvlab::kv_cache cache(parsed, 1, 1, 32);
+      *storage.slots_left = slots;
+      std::size_t expected = 0; // tokens held after the call
+      if (slots >= 20) expected = std::min<std::size_t>(20, static_cast<std::size_t>(slots) - 20);
+      BOOST_CHECK_THROW(cache.append_tokens(0, 0, keys.first(20 * 32), values.first(20 * 32), 20), std::bad_alloc);
+      BOOST_TEST(cache.keys(0, 0).tokens() == expected);
+      BOOST_TEST(cache.values(0, 0).tokens() == expected);
+      BOOST_TEST(cache.keys(0, 0).tokens_seen() == expected);
+      *storage.slots_left = 1L << 40;
+      auto one_by_one = make_cache("k=int8@token,v=int4@group(32)", 1, 1, 32);
+      for (std::size_t t = 0; t < expected; ++t)
+        one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+      for (std::size_t t = expected; t < 40; ++t) {
+        cache.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+        one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+      }
+      require_same_head(one_by_one, cache, 0, data.queries.row(0, 0, 39));
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -41,6 +41,17 @@ struct record_layout {
   std::size_t bytes() const noexcept { return code_bytes() + groups() * params_per_group * param_bytes; }
 };
 
+// A token of a batched append that could not be encoded: its index among the call's
+// tokens, and why.
+class row_error : public error {
+public:
+  row_error(std::size_t row, const std::string& why) : error(why), row_(row) {}
+  std::size_t row() const noexcept { return row_; }
+
+private:
+  std::size_t row_;
+};
+
 class quantized_body {
 public:
   quantized_body(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
@@ -66,7 +77,6 @@ public:
     record_.resize(layout_.bytes());
     scale_bounds_.assign(layout_.groups(), 0.0f);
     zero_bounds_.assign(layout_.groups(), 0.0f);
-    previous_bounds_.assign(2 * layout_.groups(), 0.0f);
     scratch_.resize(std::max(layout_.block_tokens, head_dim));
     // Per-channel blocks are read one token row at a time with the parameters folded into
     // the query, so their kernel format is a parameterless row of codes.
@@ -107,24 +117,7 @@ public:
     if (rows.size() != layout_.block_tokens * layout_.head_dim)
       throw error("append: a block is " + std::to_string(layout_.block_tokens) + " x " +
                   std::to_string(layout_.head_dim) + " values, got " + std::to_string(rows.size()));
-    if (layout_.block_tokens == 1) {
-      // Encoded where it is stored; a token that fails to encode leaves nothing behind.
-      const std::span<std::uint8_t> record = store_->append_slot();
-      try {
-        encode(rows, kernels, record);
-      } catch (...) {
-        store_->pop_back();
-        throw;
-      }
-      if (kernels::fixed_point_values(format_))
-        for (std::size_t g = 0; g < layout_.groups(); ++g) {
-          const group_params p = read_params(record, g);
-          previous_bounds_[2 * g] = scale_bounds_[g], previous_bounds_[2 * g + 1] = zero_bounds_[g];
-          scale_bounds_[g] = std::max(scale_bounds_[g], p.scale);
-          zero_bounds_[g] = std::max(zero_bounds_[g], std::fabs(p.zero));
-        }
-      return;
-    }
+    if (layout_.block_tokens == 1) return append_tokens(rows, 1, kernels);
     encode(rows, kernels, record_);
     const std::size_t row_bytes = layout_.row_code_bytes();
     for (std::size_t j = 0; j < layout_.block_tokens; ++j)
@@ -134,19 +127,71 @@ public:
     if (!block_sizes_.empty()) block_sizes_.push_back(static_cast<std::uint16_t>(layout_.block_tokens));
   }
 
+  // Encodes and stores `count` tokens of per-token groups (count x head_dim rows, rotated as
+  // for append), records encoded where storage keeps them, a run of them per kernel call. As
+  // `count` appends: a token that cannot be encoded throws a row_error naming it, and the
+  // tokens before it stay stored.
+  void append_tokens(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
+    const std::size_t head_dim = layout_.head_dim, record_bytes = format_.record_bytes;
+    if (layout_.block_tokens != 1)
+      throw error("append_tokens: blocks of " + std::to_string(layout_.block_tokens) +
+                  " tokens are appended one block at a time");
+    if (rows.size() != count * head_dim)
+      throw error("append_tokens: " + std::to_string(count) + " tokens are " + std::to_string(count * head_dim) +
+                  " values, got " + std::to_string(rows.size()));
+    batch_start_ = store_->size();
+    batch_scale_bounds_ = scale_bounds_, batch_zero_bounds_ = zero_bounds_;
+    std::size_t stored = 0; // tokens encoded in place
+    try {
+      while (stored < count) {
+        const std::span<std::uint8_t> run = store_->append_slots(count - stored);
+        const std::size_t n = run.size() / record_bytes;
+        const float* first = rows.data() + stored * head_dim;
+        // One kernel call for the run; a row it refused goes through the generic path, which
+        // encodes it or says why not, and so does the rest of the run.
+        for (std::size_t done = encode_records(first, n, kernels, run.data()); done < n; ++done) {
+          const auto drop_unfilled = [&] {
+            for (std::size_t unfilled = done; unfilled < n; ++unfilled) store_->pop_back();
+          };
+          try {
+            encode(std::span(first + done * head_dim, head_dim), kernels,
+                   run.subspan(done * record_bytes, record_bytes));
+          } catch (const error& e) {
+            drop_unfilled();
+            throw row_error(stored + done, e.what());
+          } catch (...) {
+            drop_unfilled();
+            throw;
+          }
+        }
+        stored += n;
+      }
+    } catch (...) { // a refused token, or storage out of memory: the tokens before it stay
+      widen_bounds(batch_start_);
+      throw;
+    }
+    widen_bounds(batch_start_);
+  }
+
   // Removes the block appended last (its token was refused after all), as if it had never
   // been appended: storage, block sizes and the value grid's bounds.
   void pop_back_block() {
+    if (layout_.block_tokens == 1) return pop_back_tokens(1);
     for (std::size_t j = 0; j < layout_.block_tokens; ++j) store_->pop_back();
-    if (layout_.block_tokens == 1) {
-      if (kernels::fixed_point_values(format_))
-        for (std::size_t g = 0; g < layout_.groups(); ++g)
-          scale_bounds_[g] = previous_bounds_[2 * g], zero_bounds_[g] = previous_bounds_[2 * g + 1];
-      return;
-    }
     if (params_store_) params_store_->pop_back();
     channel_blocks_.clear();
     if (!block_sizes_.empty()) block_sizes_.pop_back();
+  }
+
+  // Removes the last `count` tokens of the last append_tokens() call (its key or value was
+  // refused after all), as if they had never been appended: storage and the value grid's
+  // bounds.
+  void pop_back_tokens(std::size_t count) {
+    if (layout_.block_tokens != 1 || count > tokens() - std::min(tokens(), batch_start_))
+      throw error("pop_back_tokens: " + std::to_string(count) + " tokens were not appended by the last call");
+    for (std::size_t t = 0; t < count; ++t) store_->pop_back();
+    scale_bounds_ = batch_scale_bounds_, zero_bounds_ = batch_zero_bounds_;
+    widen_bounds(batch_start_);
   }
 
   // Removes body tokens (ascending, unique indices); storage compacts and releases what
@@ -180,25 +225,9 @@ public:
   // The record of one block, without storing it (`record` has layout().bytes() bytes).
   void encode(std::span<const float> rows, const kernel_table& kernels, std::span<std::uint8_t> record) {
     if (layout_.block_tokens > 1) return encode_channels(rows, kernels, record);
-    // The quantizer's fit is a standard uniform one: one kernel call fits and encodes the
-    // record (false only when a parameter overflows fp16: the loop below reports it).
-    if (rule_.fit && kernels.encode_uniform_record(format_, *rule_.fit, rule_.max_code, rows.data(), record.data()))
-      return;
-    // fp8: one kernel call scales and encodes every group (false: the loop below reports why).
-    if (rule_.kind == encoding_kind::float8 &&
-        kernels.encode_fp8_record(format_, *rule_.fp8, rows.data(), record.data()))
-      return;
-    // nf4, lloyd<b>: one kernel call fits each group's scale and encodes (false: the loop
-    // below reports why).
-    if (rule_.kind == encoding_kind::nearest && rule_.scale_fit &&
-        kernels.encode_nearest_record(format_, *rule_.scale_fit, rule_.thresholds.data(),
-                                      static_cast<unsigned>(rule_.thresholds.size()), rows.data(), record.data()))
-      return;
-    // Raw floats (f32, f16, bf16) have no parameters: one conversion of the whole token
-    // (a value that is not finite: the loop below reports it).
-    if (quantizer_.format() != element_format::codebook &&
-        kernels.encode_raw(format_.kind, rows.data(), layout_.head_dim, record.data()))
-      return;
+    if (encode_records(rows.data(), 1, kernels, record.data()) == 1) return;
+    // The generic path: a format without a fused encoder, or a token the fused one refused
+    // (this loop reports why).
     const std::size_t group_channels = layout_.group_channels;
     const bool by_kernel = quantizer_.format() == element_format::codebook && rule_.kind != encoding_kind::per_element;
     for (std::size_t g = 0; g < layout_.groups(); ++g) {
@@ -327,6 +356,51 @@ public:
   }
 
 private:
+  // Per-token records of `n` rows in one kernel call where the quantizer has a fused
+  // encoder: how many leading records it wrote (0 without one). A standard uniform fit,
+  // fp8, nf4 and lloyd<b> fit each group and encode it; raw floats (f32, f16, bf16) have no
+  // parameters, so one conversion takes every row (0 when a value is not finite: the
+  // caller finds which).
+  std::size_t encode_records(const float* rows, std::size_t n, const kernel_table& kernels, std::uint8_t* records) {
+    if (rule_.fit) return kernels.encode_uniform_records(format_, *rule_.fit, rule_.max_code, rows, n, records);
+    if (rule_.kind == encoding_kind::float8) return kernels.encode_fp8_records(format_, *rule_.fp8, rows, n, records);
+    if (rule_.kind == encoding_kind::nearest && rule_.scale_fit)
+      return kernels.encode_nearest_records(format_, *rule_.scale_fit, rule_.thresholds.data(),
+                                            static_cast<unsigned>(rule_.thresholds.size()), rows, n, records);
+    if (quantizer_.format() != element_format::codebook)
+      return kernels.encode_raw(format_.kind, rows, n * layout_.head_dim, records) ? n : 0;
+    return 0;
+  }
+
+  // The value grid's bounds (see axpy_fixed) widened by the records from `first` on. Their
+  // parameters are fp16; a scale is never negative and |zero| is the zero without its sign
+  // bit, so the largest of each is its largest bit pattern: compared as integers record by
+  // record, converted to float once (a conversion per parameter was a third of an int4
+  // append).
+  void widen_bounds(std::size_t first) {
+    if (!kernels::fixed_point_values(format_) || first >= store_->size()) return;
+    const std::size_t params = layout_.groups() * layout_.params_per_group;
+    widest_halves_.assign(params, 0);
+    for (std::size_t r = first; r < store_->size();) {
+      const auto run = store_->run(r);
+      const std::size_t n = run.size() / format_.record_bytes;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint8_t* at = run.data() + i * format_.record_bytes + layout_.code_bytes();
+        for (std::size_t p = 0; p < params; ++p) {
+          std::uint16_t half;
+          std::memcpy(&half, at + 2 * p, 2);
+          widest_halves_[p] = std::max(widest_halves_[p], static_cast<std::uint16_t>(half & 0x7fffu));
+        }
+      }
+      r += n;
+    }
+    const std::size_t per_group = layout_.params_per_group;
+    for (std::size_t g = 0; g < layout_.groups(); ++g) {
+      scale_bounds_[g] = std::max(scale_bounds_[g], half_bits_to_float(widest_halves_[g * per_group]));
+      if (per_group == 2) zero_bounds_[g] = std::max(zero_bounds_[g], half_bits_to_float(widest_halves_[2 * g + 1]));
+    }
+  }
+
   // One head's values of 2- and 4-bit affine codes in 32-bit fixed point (where the kernel
   // table has axpy_records_fixed): each token's weight times its group's scale is rounded
   // once to an integer F on a grid, per group, that keeps the largest weight times the
@@ -570,7 +644,10 @@ private:
   std::vector<std::uint8_t> record_;           // scratch: one per-channel block before its rows are stored
   std::vector<float> scale_bounds_;            // per group: the largest scale appended (fixed-point values' grid)
   std::vector<float> zero_bounds_;             // per group: the largest |zero| appended (the same)
-  std::vector<float> previous_bounds_;         // per group: scale and zero bounds before the last append
+  std::size_t batch_start_ = 0;                // tokens before the last append_tokens() call
+  std::vector<float> batch_scale_bounds_;      // scale_bounds_ before that call
+  std::vector<float> batch_zero_bounds_;       // zero_bounds_ before that call
+  std::vector<std::uint16_t> widest_halves_;   // scratch of widen_bounds: per parameter
   // Scratch of the const attention calls: a stream is read by one thread at a time.
   mutable std::vector<float> scratch_;               // per head: one block's level sums; or a column being encoded
   mutable std::vector<std::uint32_t> decoded_codes_; // scratch: one token's codes in the reference decoder

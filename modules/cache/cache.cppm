@@ -121,6 +121,61 @@ public:
     if (needs_.key_norms) update_key_norms(i, unchanged);
   }
 
+  // Appends `count` consecutive tokens to (layer, kv_head): keys and values are count x
+  // head_dim rows. The cache ends as `count` append() calls would leave it, without
+  // token_done() between them; where both streams take tokens straight into their bodies
+  // (kv_stream::appends_in_runs), each stream encodes them a run of records per kernel call.
+  // A token that cannot be appended throws an error naming it; the tokens before it stay.
+  void append_tokens(std::size_t layer, std::size_t kv_head, std::span<const float> keys_rows,
+                     std::span<const float> values_rows, std::size_t count) {
+    if (keys_rows.size() != count * head_dim_ || values_rows.size() != keys_rows.size())
+      throw error("append_tokens: " + std::to_string(count) + " tokens are " + std::to_string(count * head_dim_) +
+                  " values of keys and of values, got " + std::to_string(keys_rows.size()) + " and " +
+                  std::to_string(values_rows.size()));
+    kv_stream& k = keys(layer, kv_head);
+    kv_stream& v = values(layer, kv_head);
+    if (!k.appends_in_runs() || !v.appends_in_runs()) {
+      for (std::size_t t = 0; t < count; ++t)
+        append(layer, kv_head, keys_rows.subspan(t * head_dim_, head_dim_),
+               values_rows.subspan(t * head_dim_, head_dim_));
+      return;
+    }
+    const std::size_t first = k.tokens_seen(), unchanged = k.sink_tokens() + k.body_tokens();
+    const auto refused = [&](const char* tensor, const row_error& e) {
+      return error(std::string(tensor) + " of layer " + std::to_string(layer) + ", KV head " + std::to_string(kv_head) +
+                   ", appending token " + std::to_string(first + e.row()) + ": " + e.what());
+    };
+    const auto track = [&] { // the policy's per-token state for the tokens both streams took
+      if (!policy_) return;
+      const std::size_t i = index(layer, kv_head), n = k.evictable_tokens();
+      if (needs_.attention) accumulated_[i].resize(n, 0.0), latest_[i].resize(n, 0.0);
+      if (needs_.key_norms) update_key_norms(i, unchanged);
+    };
+    std::optional<error> failure;
+    std::size_t taken = count; // tokens both streams keep
+    try {
+      k.append_tokens(keys_rows, count, active_kernels());
+    } catch (const row_error& e) {
+      failure = refused("keys", e), taken = e.row();
+    } catch (...) { // storage out of memory: the call leaves no token behind
+      k.take_back_newest(k.tokens_seen() - first);
+      throw;
+    }
+    try {
+      v.append_tokens(values_rows.first(taken * head_dim_), taken, active_kernels());
+    } catch (const row_error& e) {
+      failure = refused("values", e);
+      k.take_back_newest(taken - e.row()); // both streams keep the same tokens
+      taken = e.row();
+    } catch (...) { // storage out of memory: the values taken so far are what both streams keep
+      k.take_back_newest(k.tokens_seen() - v.tokens_seen());
+      track();
+      throw;
+    }
+    track();
+    if (failure) throw *failure;
+  }
+
   // --- eviction ---
   bool evicts() const noexcept { return policy_.has_value(); }
 
@@ -212,11 +267,10 @@ public:
       throw error("prefill: expected " + std::to_string(kv_heads_) + " heads x " + std::to_string(tokens) +
                   " tokens x " + std::to_string(head_dim_) + " values for keys and values");
     reserve(layer, tokens);
+    const std::size_t head_values = tokens * head_dim_;
     for (std::size_t h = 0; h < kv_heads_; ++h)
-      for (std::size_t t = 0; t < tokens; ++t) {
-        const std::size_t at = (h * tokens + t) * head_dim_;
-        append(layer, h, keys_rows.subspan(at, head_dim_), values_rows.subspan(at, head_dim_));
-      }
+      append_tokens(layer, h, keys_rows.subspan(h * head_values, head_values),
+                    values_rows.subspan(h * head_values, head_values), tokens);
   }
 
   // What the cache holds for the keys and values of one (layer, KV head).

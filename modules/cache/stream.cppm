@@ -145,17 +145,60 @@ public:
       }
     }
     positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(newest), seen_++);
+    last_append_.tokens = 1;
   }
 
-  // Takes back the token appended last, which must have been appended since the last
-  // erase or demotion: every tier is as it was before. The cache calls it when a token's
-  // value is refused after its key was taken, so both streams keep the same tokens.
-  void take_back_newest() {
-    if (last_append_.tier == newest_tier::none) throw error("take_back_newest: no append to take back");
-    positions_.erase(positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens() - 1));
-    --seen_;
+  // Whether append_tokens() encodes straight into the body, a run of records per kernel
+  // call: no sink is still to come, and tokens go to the body as they arrive (per-token
+  // groups, no residual window).
+  bool appends_in_runs() const noexcept {
+    return seen_ >= tiers_.sinks && tiers_.residual == 0 && body_.block_tokens() == 1;
+  }
+
+  // `count` tokens (count x head_dim rows), as `count` appends would leave the stream, when
+  // appends_in_runs(). A token that cannot be encoded throws a row_error naming it; the
+  // tokens before it stay appended.
+  void append_tokens(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
+    if (!appends_in_runs())
+      throw error(
+          "append_tokens: this stream's tokens pass through its sink or residual tiers; append them one by one");
+    if (rows.size() != count * head_dim_)
+      throw error("append_tokens: " + std::to_string(count) + " tokens are " + std::to_string(count * head_dim_) +
+                  " values, got " + std::to_string(rows.size()));
+    const std::size_t newest = evictable_tokens(), before = body_tokens();
+    last_append_ = {};
+    // Room for the positions first (growing geometrically): once the body holds the tokens,
+    // nothing may fail.
+    if (positions_.capacity() < positions_.size() + count)
+      positions_.reserve(std::max(2 * positions_.capacity(), positions_.size() + count));
+    const auto count_held = [&] {
+      const std::size_t held = body_tokens() - before;
+      positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(newest), held, 0);
+      for (std::size_t t = 0; t < held; ++t) positions_[newest + t] = seen_++;
+      last_append_ = {.tier = newest_tier::body, .tokens = held};
+    };
+    try {
+      append_body_tokens(rows, count, kernels);
+    } catch (...) {
+      count_held();
+      throw;
+    }
+    count_held();
+  }
+
+  // Takes back the `count` newest tokens of the last append or append_tokens() call, which
+  // must have come since the last erase or demotion: every tier is as it was before them.
+  // The cache calls it when values are refused after their keys were taken, so both streams
+  // keep the same tokens.
+  void take_back_newest(std::size_t count = 1) {
+    if (last_append_.tier == newest_tier::none || count > last_append_.tokens)
+      throw error("take_back_newest: " + std::to_string(count) + " tokens were not appended by the last call");
+    if (count == 0) return;
+    const auto end = positions_.begin() + static_cast<std::ptrdiff_t>(evictable_tokens());
+    positions_.erase(end - static_cast<std::ptrdiff_t>(count), end);
+    seen_ -= count;
     if (last_append_.tier == newest_tier::sinks) sinks_.values.resize(sinks_.values.size() - head_dim_);
-    if (last_append_.tier == newest_tier::body) body_.pop_back_block();
+    if (last_append_.tier == newest_tier::body) body_.pop_back_tokens(count);
     if (last_append_.tier == newest_tier::window) take_back_window_token();
     last_append_ = {};
   }
@@ -261,6 +304,7 @@ private:
   struct last_append {
     newest_tier tier = newest_tier::none;
     std::size_t blocks_flushed = 0;
+    std::size_t tokens = 0; // appended by the call
   };
 
   // The newest window token out, and the blocks its append moved to the body back in.
@@ -274,10 +318,18 @@ private:
 
   void append_body(std::span<const float> rows, const kernel_table& kernels) {
     if (!quantizer_.rotates()) return body_.append(rows, kernels);
-    rotated_.assign(rows.begin(), rows.end()); // the scratch keeps its capacity: no allocation per append
+    body_.append(rotate_rows(rows), kernels);
+  }
+  void append_body_tokens(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
+    if (!quantizer_.rotates()) return body_.append_tokens(rows, count, kernels);
+    body_.append_tokens(rotate_rows(rows), count, kernels);
+  }
+  // The rows in the rotating quantizer's basis, in scratch that keeps its capacity.
+  std::span<const float> rotate_rows(std::span<const float> rows) const {
+    rotated_.assign(rows.begin(), rows.end());
     for (std::size_t r = 0; r < rows.size() / head_dim_; ++r)
       quantizer_.rotate(std::span(rotated_).subspan(r * head_dim_, head_dim_));
-    body_.append(std::span(rotated_).first(rows.size()), kernels);
+    return std::span(rotated_).first(rows.size());
   }
   // q . k = (R q) . (R k): a rotating quantizer's body is read with each query rotated once,
   // not every key un-rotated.

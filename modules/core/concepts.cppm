@@ -190,10 +190,12 @@ concept Aggregation =
 class record_store {
 public:
   virtual ~record_store() = default;
-  // Adds one record at the end and returns its bytes for the caller to fill: encoders write
-  // a record where it is stored, with no copy through a scratch record.
-  virtual std::span<std::uint8_t> append_slot() = 0;
-  // Removes the last record (one whose encoding failed after append_slot()).
+  // Adds between one and `records` records at the end, contiguous in memory, and returns
+  // their bytes for the caller to fill: encoders write records where they are stored, a run
+  // of them per kernel call, with no copy through a scratch record. The new bytes are
+  // unspecified.
+  virtual std::span<std::uint8_t> append_slots(std::size_t records) = 0;
+  // Removes the last record (one whose encoding failed after append_slots()).
   virtual void pop_back() = 0;
   // Makes room for `records` more records, so that appending them allocates nothing.
   virtual void reserve(std::size_t records) = 0;
@@ -201,7 +203,7 @@ public:
     if (record.size() != record_bytes())
       throw error("storage: record of " + std::to_string(record.size()) + " bytes, expected " +
                   std::to_string(record_bytes()));
-    std::memcpy(append_slot().data(), record.data(), record.size());
+    std::memcpy(append_slots(1).data(), record.data(), record.size());
   }
   virtual std::span<const std::uint8_t> record(std::size_t index) const = 0;
   // Records first, first + 1, ... that lie contiguously in memory, as one span of whole

@@ -265,7 +265,14 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
   require_memory(estimated_cache_bytes(r, data.layers() * data.kv_heads(), tokens, head_dim),
                  "the cache of " + canonical_name(r) + " over " + data.source, "use fewer tokens, layers or heads");
   step_scratch scratch;
-  for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, scratch, kernels);
+  if (cache.evicts()) {
+    for (std::size_t t = 0; t < prefill; ++t) prefill_token(cache, data, t, prefill, scratch, kernels);
+  } else { // nothing to observe or compress: one run of appends per stream
+    for (std::size_t layer = 0; layer < data.layers(); ++layer)
+      for (std::size_t head = 0; head < data.kv_heads(); ++head)
+        cache.append_tokens(layer, head, data.keys.stream(layer, head).first(prefill * head_dim),
+                            data.values.stream(layer, head).first(prefill * head_dim), prefill);
+  }
   cache.prefill_done();
 
   const std::size_t q_heads = data.q_heads(), group = q_heads / data.kv_heads();

@@ -127,23 +127,26 @@ struct kernel_table {
   // 8-bit float codes (fp8_e4m3, fp8_e4m3fnuz, fp8_e5m2), one byte each: codes[i] =
   // fp8_code(x[i] / scale, r) for i < n, or 0 when scale == 0.
   void (*encode_fp8)(const float* x, std::size_t n, float scale, const fp8_rounding& r, std::uint8_t* codes);
-  // One per-token record of affine codes (f: head_dim, groups, bits, offset, parameters),
-  // fitting each group by `fit` (scale divided in float, then rounded as stored: fp16 to
-  // nearest even unless params_f32) and encoding it as encode_uniform does under the stored
-  // parameters. Returns false, the record unspecified, when a parameter overflows fp16 or
-  // a value is not finite.
-  bool (*encode_uniform_record)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
-                                std::uint8_t* record);
-  // One per-token record of sorted-codebook codes (nf4, lloyd<b>): each group's scale fitted
-  // by `fit` (rounded as stored), its codes as encode_nearest gives them under the stored
-  // scale. Returns false, the record unspecified, when a value is not finite or the scale
-  // overflows fp16.
-  bool (*encode_nearest_record)(const record_format& f, codebook_scale fit, const float* thresholds,
-                                unsigned threshold_count, const float* x, std::uint8_t* record);
-  // One per-token record of 8-bit float codes: each group scaled by absmax / r.max_finite
-  // (rounded as stored) and encoded as encode_fp8 does under the stored scale. Returns
-  // false, the record unspecified, when a value or a scale is not finite.
-  bool (*encode_fp8_record)(const record_format& f, const fp8_rounding& r, const float* x, std::uint8_t* record);
+  // `count` per-token records of affine codes (f: head_dim, groups, bits, offset, parameters,
+  // record_bytes) from `count` consecutive rows of f.head_dim values at x, into consecutive
+  // records: each group fitted by `fit` (scale divided in float, then rounded as stored: fp16
+  // to nearest even unless params_f32) and encoded as encode_uniform does under the stored
+  // parameters. Returns how many leading records it wrote: count, or the index of the first
+  // row whose parameter overflows fp16 or that holds a value that is not finite (that
+  // record unspecified, the rest untouched).
+  std::size_t (*encode_uniform_records)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                        std::size_t count, std::uint8_t* records);
+  // The same for sorted-codebook codes (nf4, lloyd<b>): each group's scale fitted by `fit`
+  // (rounded as stored), its codes as encode_nearest gives them under the stored scale; a
+  // row stops the call when a value is not finite or the scale overflows fp16.
+  std::size_t (*encode_nearest_records)(const record_format& f, codebook_scale fit, const float* thresholds,
+                                        unsigned threshold_count, const float* x, std::size_t count,
+                                        std::uint8_t* records);
+  // The same for 8-bit float codes: each group scaled by absmax / r.max_finite (rounded as
+  // stored) and encoded as encode_fp8 does under the stored scale; a row stops the call when
+  // a value or a scale is not finite.
+  std::size_t (*encode_fp8_records)(const record_format& f, const fp8_rounding& r, const float* x, std::size_t count,
+                                    std::uint8_t* records);
   // One per-channel block of affine codes (KIVI's keys): `tokens` rows of f.head_dim values
   // at x, each channel's column fitted by `fit` (rounded as stored) and encoded as
   // encode_uniform does under the stored parameters. The block holds the rows' codes

@@ -17,11 +17,11 @@ const kernel_table& scalar_kernels() noexcept {
       .encode_uniform = scalar::encode_uniform,
       .encode_nearest = scalar::encode_nearest,
       .encode_fp8 = scalar::encode_fp8,
-      .encode_uniform_record =
-          scalar::encode_uniform_record<scalar::all_finite, scalar::absmax, scalar::min_max, scalar::encode_uniform>,
-      .encode_nearest_record =
-          scalar::encode_nearest_record<scalar::all_finite, scalar::absmax, scalar::encode_nearest>,
-      .encode_fp8_record = scalar::encode_fp8_record<scalar::all_finite, scalar::absmax, scalar::encode_fp8>,
+      .encode_uniform_records =
+          scalar::encode_uniform_records<scalar::all_finite, scalar::absmax, scalar::min_max, scalar::encode_uniform>,
+      .encode_nearest_records =
+          scalar::encode_nearest_records<scalar::all_finite, scalar::absmax, scalar::encode_nearest>,
+      .encode_fp8_records = scalar::encode_fp8_records<scalar::all_finite, scalar::absmax, scalar::encode_fp8>,
       .encode_uniform_channels = scalar::encode_uniform_channels<scalar::all_finite>,
       .dot_records = scalar::dot_records,
       .axpy_records = scalar::axpy_records,

@@ -137,6 +137,47 @@ bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const floa
   return true;
 }
 
+// `count` consecutive rows into consecutive records by encode_one(row, record), one call per
+// row of a loop the record encoder is inlined into: returns how many leading records it
+// wrote before the first row encode_one refused (count when none).
+template <class EncodeOne>
+std::size_t encode_each_record(const record_format& f, const float* x, std::size_t count, std::uint8_t* records,
+                               EncodeOne&& encode_one) noexcept {
+  for (std::size_t row = 0; row < count; ++row)
+    if (!encode_one(x + row * f.head_dim, records + row * f.record_bytes)) return row;
+  return count;
+}
+
+template <auto all_finite, auto absmax, auto min_max, auto encode_uniform, auto to_half = float_to_half_bits,
+          auto from_half = half_bits_to_float>
+std::size_t encode_uniform_records(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                   std::size_t count, std::uint8_t* records) noexcept {
+  return encode_each_record(f, x, count, records, [&](const float* row, std::uint8_t* record) {
+    return encode_uniform_record<all_finite, absmax, min_max, encode_uniform, to_half, from_half>(f, fit, max_code, row,
+                                                                                                  record);
+  });
+}
+
+template <auto all_finite, auto absmax, auto encode_nearest, auto to_half = float_to_half_bits,
+          auto from_half = half_bits_to_float>
+std::size_t encode_nearest_records(const record_format& f, codebook_scale fit, const float* thresholds,
+                                   unsigned threshold_count, const float* x, std::size_t count,
+                                   std::uint8_t* records) noexcept {
+  return encode_each_record(f, x, count, records, [&](const float* row, std::uint8_t* record) {
+    return encode_nearest_record<all_finite, absmax, encode_nearest, to_half, from_half>(f, fit, thresholds,
+                                                                                         threshold_count, row, record);
+  });
+}
+
+template <auto all_finite, auto absmax, auto encode_fp8, auto to_half = float_to_half_bits,
+          auto from_half = half_bits_to_float>
+std::size_t encode_fp8_records(const record_format& f, const fp8_rounding& r, const float* x, std::size_t count,
+                               std::uint8_t* records) noexcept {
+  return encode_each_record(f, x, count, records, [&](const float* row, std::uint8_t* record) {
+    return encode_fp8_record<all_finite, absmax, encode_fp8, to_half, from_half>(f, r, row, record);
+  });
+}
+
 // The fused encoder of one per-channel block (KIVI's keys, arXiv 2402.02750 sec. 3.2):
 // `tokens` rows of f.head_dim values, each channel's column fitted by `fit` (rounded as
 // stored) and encoded as encode_uniform does under the stored parameters. The block is the

@@ -123,38 +123,42 @@ struct encoder_kernels : vector_basics<Arch> {
   // --- Fused per-token record encoder -------------------------------------------------
 
   // fp8 records: the reference's steps over this ISA's absmax, fp8 codes and fp16 rounding.
-  static bool encode_fp8_record(const record_format& f, const fp8_rounding& r, const float* x,
-                                std::uint8_t* record) noexcept {
-    return scalar::encode_fp8_record<&all_finite, &absmax, &encode_fp8, &to_half, &from_half>(f, r, x, record);
+  static std::size_t encode_fp8_records(const record_format& f, const fp8_rounding& r, const float* x,
+                                        std::size_t count, std::uint8_t* records) noexcept {
+    return scalar::encode_fp8_records<&all_finite, &absmax, &encode_fp8, &to_half, &from_half>(f, r, x, count, records);
   }
 
   // Sorted-codebook records: the reference's steps over this ISA's absmax and nearest-level
   // codes.
-  static bool encode_nearest_record(const record_format& f, codebook_scale fit, const float* thresholds,
-                                    unsigned threshold_count, const float* x, std::uint8_t* record) noexcept {
-    return scalar::encode_nearest_record<&all_finite, &absmax, &encode_nearest, &to_half, &from_half>(
-        f, fit, thresholds, threshold_count, x, record);
+  static std::size_t encode_nearest_records(const record_format& f, codebook_scale fit, const float* thresholds,
+                                            unsigned threshold_count, const float* x, std::size_t count,
+                                            std::uint8_t* records) noexcept {
+    return scalar::encode_nearest_records<&all_finite, &absmax, &encode_nearest, &to_half, &from_half>(
+        f, fit, thresholds, threshold_count, x, count, records);
   }
 
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
   // groups at once (one lane each: one division, one fp16 round trip), and codes by
-  // multiplying with the reciprocal of the scale instead of dividing by it. Other records
-  // take the generic fused encoder.
-  static bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
-                                    std::uint8_t* record) noexcept {
+  // multiplying with the reciprocal of the scale instead of dividing by it; the fit and the
+  // bits are chosen once per call, not per record. Other records take the generic fused
+  // encoder.
+  static std::size_t encode_uniform_records(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
+                                            std::size_t count, std::uint8_t* records) noexcept {
     if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.group_channels % width != 0)
-      return scalar::encode_uniform_record<&all_finite, &absmax, &min_max, &encode_uniform, &to_half, &from_half>(
-          f, fit, max_code, x, record);
+      return scalar::encode_uniform_records<&all_finite, &absmax, &min_max, &encode_uniform, &to_half, &from_half>(
+          f, fit, max_code, x, count, records);
     return with_fit_and_bits(fit, f.bits, [&]<uniform_fit Fit, unsigned Bits>() {
-      for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
-        if (!encode_four_groups<Fit, Bits>(f, max_code, x, record, group)) return false;
-      return true;
+      return scalar::encode_each_record(f, x, count, records, [&](const float* row, std::uint8_t* record) {
+        for (std::size_t group = 0; group * f.group_channels < f.head_dim; group += 4)
+          if (!encode_four_groups<Fit, Bits>(f, max_code, row, record, group)) return false;
+        return true;
+      });
     });
   }
 
   // body.template operator()<Fit, Bits>() for the run-time fit and bits (8, 4 or 2).
   template <class Body>
-  static bool with_fit_and_bits(uniform_fit fit, unsigned bits, Body&& body) noexcept {
+  static auto with_fit_and_bits(uniform_fit fit, unsigned bits, Body&& body) noexcept {
     const auto with_bits = [&]<uniform_fit Fit>() {
       if (bits == 8) return body.template operator()<Fit, 8>();
       return bits == 4 ? body.template operator()<Fit, 4>() : body.template operator()<Fit, 2>();
