@@ -92,7 +92,9 @@ BOOST_AUTO_TEST_SUITE(encoders)
 BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
   const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
   random_bytes random;
-  const float thresholds[] = {-1.5f, -0.9f, -0.4f, -0.1f, 0.0f, 0.2f, 0.7f, 1.3f, 2.0f};
+  // Sorted, as codebooks' are, with a repeat; up to 20 of them.
+  const float thresholds[] = {-2.6f, -2.1f, -1.5f, -1.2f, -0.9f, -0.6f, -0.4f, -0.25f, -0.1f, -0.1f,
+                              0.0f,  0.1f,  0.2f,  0.45f, 0.7f,  1.0f,  1.3f,  1.6f,   2.0f,  2.4f};
   for (const auto isa : simd_isas()) {
     const auto& simd = kvlab::kernels_for(isa);
     for (unsigned bits = 1; bits <= 8; ++bits) {
@@ -110,7 +112,7 @@ BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
               simd.encode_uniform(x.data(), n, scale, 0.5f, offset, max_code, bits, packed_simd.data(), first);
               scalar.encode_uniform(x.data(), n, scale, 0.5f, offset, max_code, bits, packed_scalar.data(), first);
               BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
-              const unsigned count = std::min<unsigned>(max_code, 9);
+              const unsigned count = std::min<unsigned>(max_code, 20);
               simd.encode_nearest(x.data(), n, scale, -0.05f, thresholds, count, bits, packed_simd.data(), first);
               scalar.encode_nearest(x.data(), n, scale, -0.05f, thresholds, count, bits, packed_scalar.data(), first);
               BOOST_TEST_REQUIRE(packed_simd == packed_scalar);
