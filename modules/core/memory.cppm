@@ -7,6 +7,7 @@ module;
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <utility>
 export module kvlab.core:memory;
 
 export namespace kvlab {
@@ -24,6 +25,16 @@ struct line_aligned_allocator {
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{cache_line_bytes}));
   }
   void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{cache_line_bytes}); }
+  // resize() default-initialises what it adds: bytes are left as they are, not zeroed. Every
+  // record appended is written by its encoder (bits past the last code included, or they
+  // are never read), and zeroing the run first was 8 % of an int8 append.
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void*>(p)) U;
+    else
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   template <class U>
   bool operator==(const line_aligned_allocator<U>&) const noexcept {
     return true;

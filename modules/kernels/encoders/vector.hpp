@@ -11,8 +11,8 @@ template <class Arch>
 struct encoder_kernels : vector_basics<Arch> {
   using base = vector_basics<Arch>;
   using base::width, base::fmadd, base::reduce, base::reduce_four, base::max_op, base::min_op, base::abs_max,
-      base::store_codes, base::lane, base::to_half, base::from_half, base::minus_nearest, base::round_to_int,
-      base::store_f16, base::load_f16;
+      base::store_codes, base::store_code_quad, base::lane, base::to_half, base::from_half, base::minus_nearest,
+      base::round_to_int, base::store_f16, base::load_f16;
   using typename base::floats;
   using typename base::ints;
 
@@ -334,25 +334,36 @@ struct encoder_kernels : vector_basics<Arch> {
   // r = 1/scale rounded, q differs from the reference's rounded quotient t plus offset by
   // at most 2^-24 * 2|t| + ulp(q)/2. Codes in [0, max_code] (b <= 8) have |t| <= 256 and
   // |q| <= 256, so that is below 2^-23 * 256 + 2^-16 < 2^-14, and q rounds as the reference
-  // does when it lies at least 2^-14 from a half-integer; codes past either end clamp to
-  // the same end either way.
+  // does when it lies at least 2^-14 from a half-integer. Codes past either end clamp to the
+  // same end either way, in floats or as rounded integers (rint is monotone): the fit keeps
+  // |q| below 2^28 (a zero rounded to fp16 is off by at most 16, the smallest fp16 scale is
+  // 2^-24), far inside int32.
   template <uniform_fit Fit, unsigned Bits>
   static bool encode_by_reciprocal(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
                                    std::size_t first, std::size_t count, __m128 zeros, __m128 reciprocals) noexcept {
-    const std::size_t n = f.group_channels;
+    const std::size_t n = f.group_channels, end = first + count * n;
     const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f);
-    floats worst(0.0f); // the largest |q - rint(q)|
-    for (std::size_t k = 0; k < count; ++k) {
-      const floats zero = lane(zeros, k), reciprocal = lane(reciprocals, k);
-#pragma clang loop unroll_count(2) // groups of 32 are two AVX-512 vectors: one trip, no tail
-      for (std::size_t i = first + k * n, end = i + n; i < end; i += width) {
-        floats d = floats::load_unaligned(x + i);
-        if constexpr (Fit == uniform_fit::min_max) d = d - zero;
-        const floats q = fmadd(d, reciprocal, offset);
-        worst = abs_max(worst, minus_nearest(q));
-        store_codes(round_to_int(xsimd::min(xsimd::max(q, bottom), top)), Bits, record, i);
-      }
+    floats zero_of[4], reciprocal_of[4]; // each group's, in every lane
+    for (std::size_t k = 0; k < count; ++k) zero_of[k] = lane(zeros, k), reciprocal_of[k] = lane(reciprocals, k);
+    floats worst(0.0f);              // the largest |q - rint(q)|
+    std::size_t group = 0, left = n; // the group of the next vector, and its values not yet taken
+    const auto quotients = [&](std::size_t i) {
+      floats d = floats::load_unaligned(x + i);
+      if constexpr (Fit == uniform_fit::min_max) d = d - zero_of[group];
+      const floats q = fmadd(d, reciprocal_of[group], offset);
+      worst = abs_max(worst, minus_nearest(q));
+      left -= width;
+      if (left == 0) ++group, left = n;
+      return q;
+    };
+    std::size_t i = first;
+    for (; i + 4 * width <= end; i += 4 * width) {
+      ints codes[4];
+      for (std::size_t j = 0; j < 4; ++j) codes[j] = round_to_int(quotients(i + j * width));
+      store_code_quad(codes, max_code, Bits, record, i);
     }
+    for (; i < end; i += width)
+      store_codes(round_to_int(xsimd::min(xsimd::max(quotients(i), bottom), top)), Bits, record, i);
     return xsimd::all(worst <= floats(0.5f - 0x1p-14f));
   }
 };

@@ -107,6 +107,29 @@ struct isa_ops<xsimd::fma3<xsimd::avx2>> : vector_types<xsimd::fma3<xsimd::avx2>
     const std::int32_t four = _mm_cvtsi128_si32(even_bytes);
     std::memcpy(packed + element / 2, &four, 4);
   }
+  // Stores 4 x `width` codes of 8, 4 or 2 bits, each clamped to [0, max_code] (max_code <
+  // 2^bits): saturating packs to bytes, one permute back into order, one byte min. 4-bit
+  // stores need `element` even, 2-bit ones a multiple of 4.
+  static void store_code_quad(const ints* codes, unsigned max_code, unsigned bits, std::uint8_t* packed,
+                              std::size_t element) noexcept {
+    const __m256i low = _mm256_packs_epi32(codes[0], codes[1]), high = _mm256_packs_epi32(codes[2], codes[3]);
+    // 128-bit lane l of the packed bytes holds codes 4l..4l+3 of each vector, a dword each.
+    const __m256i bytes = _mm256_min_epu8(
+        _mm256_permutevar8x32_epi32(_mm256_packus_epi16(low, high), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+        _mm256_set1_epi8(static_cast<char>(max_code)));
+    if (bits == 8) return _mm256_storeu_si256(reinterpret_cast<__m256i*>(packed + element), bytes);
+    const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(bits == 4 ? 0x1001 : 0x0401)); // c0 + 2^b c1
+    if (bits == 4) { // the pairs' low bytes, lane by lane, then the two lanes' halves joined
+      const __m256i halves = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0x08);
+      return _mm_storeu_si128(reinterpret_cast<__m128i*>(packed + element / 2), _mm256_castsi256_si128(halves));
+    }
+    const __m256i quads = _mm256_madd_epi16(pairs, _mm256_set1_epi32(0x00100001)); // p0 + 16 p1
+    const __m256i words = _mm256_packs_epi32(quads, quads);
+    // Dword 0 of each lane holds its four bytes.
+    const __m256i bytes_of_quads =
+        _mm256_permutevar8x32_epi32(_mm256_packus_epi16(words, words), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(packed + element / 4), _mm256_castsi256_si128(bytes_of_quads));
+  }
   // q - rint(q) lane by lane, and q rounded to the nearest integer (ties to even).
   static floats minus_nearest(floats q) noexcept { return q - xsimd::nearbyint(q); }
   static ints round_to_int(floats q) noexcept { return _mm256_cvtps_epi32(q); }
