@@ -384,13 +384,17 @@ private:
     for (std::size_t r = first; r < store_->size();) {
       const auto run = store_->run(r);
       const std::size_t n = run.size() / format_.record_bytes;
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::uint8_t* at = run.data() + i * format_.record_bytes + layout_.code_bytes();
-        for (std::size_t p = 0; p < params; ++p) {
+      // Parameter by parameter down the run, the widest so far in a register: record by
+      // record, each parameter's maximum went through memory (8 % of an int4 append).
+      const std::uint8_t* params_of_run = run.data() + layout_.code_bytes();
+      for (std::size_t p = 0; p < params; ++p) {
+        std::uint16_t widest = widest_halves_[p];
+        for (std::size_t i = 0; i < n; ++i) {
           std::uint16_t half;
-          std::memcpy(&half, at + 2 * p, 2);
-          widest_halves_[p] = std::max(widest_halves_[p], static_cast<std::uint16_t>(half & 0x7fffu));
+          std::memcpy(&half, params_of_run + i * format_.record_bytes + 2 * p, 2);
+          widest = std::max(widest, static_cast<std::uint16_t>(half & 0x7fffu));
         }
+        widest_halves_[p] = widest;
       }
       r += n;
     }
