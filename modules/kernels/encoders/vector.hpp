@@ -343,14 +343,12 @@ struct encoder_kernels : vector_basics<Arch> {
                                    std::size_t first, std::size_t count, __m128 zeros, __m128 reciprocals) noexcept {
     const std::size_t n = f.group_channels, end = first + count * n;
     const floats offset(f.offset), top(static_cast<float>(max_code)), bottom(0.0f);
-    floats zero_of[4], reciprocal_of[4]; // each group's, in every lane
-    for (std::size_t k = 0; k < count; ++k) zero_of[k] = lane(zeros, k), reciprocal_of[k] = lane(reciprocals, k);
     floats worst(0.0f);              // the largest |q - rint(q)|
     std::size_t group = 0, left = n; // the group of the next vector, and its values not yet taken
     const auto quotients = [&](std::size_t i) {
       floats d = floats::load_unaligned(x + i);
-      if constexpr (Fit == uniform_fit::min_max) d = d - zero_of[group];
-      const floats q = fmadd(d, reciprocal_of[group], offset);
+      if constexpr (Fit == uniform_fit::min_max) d = d - lane(zeros, group);
+      const floats q = fmadd(d, lane(reciprocals, group), offset);
       worst = abs_max(worst, minus_nearest(q));
       left -= width;
       if (left == 0) ++group, left = n;
