@@ -825,7 +825,7 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
         fp8_shape{"fp8_e4m3", 128, 128}, fp8_shape{"fp8_e4m3", 64, 64}, fp8_shape{"fp8_e4m3", 32, 96}}) {
     const auto quantizer = components.make_quantizer(name);
     const auto levels = quantizer.levels();
-    const std::size_t every_code = (256 + head_dim - 1) / head_dim, count = 40, heads = 4, large_channel = 5;
+    const std::size_t every_code = (256 + head_dim - 1) / head_dim, count = 40, heads = 9, large_channel = 5;
     const float scale = 0.375f;
     const std::uint16_t scale_bits = kvlab::float_to_half_bits(scale);
     kvlab::record_format f{.kind = element_kind::table_codes,
@@ -875,12 +875,17 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
             sum += std::fabs(query[i] * scale * levels[records[t * f.record_bytes + i]]);
           return sum;
         };
-        std::vector<float> scores(heads * count);
-        kernels.dot_records(f, queries.data(), heads, records.data(), count, scores.data(), count);
-        for (std::size_t h = 0; h < heads; ++h)
-          for (std::size_t t = every_code; t < count; ++t)
-            check_close(scores[h * count + t], expected_scores[h * count + t],
-                        4.0f * magnitude(queries.data() + h * head_dim, t));
+        // GQA groups of 4 and 9 (on AVX-512 a pass of 8 heads and a pass of 1).
+        for (const std::size_t group : {std::size_t{4}, heads}) {
+          std::vector<float> scores(group * count);
+          kernels.dot_records(f, queries.data(), group, records.data(), count, scores.data(), count);
+          for (std::size_t h = 0; h < group; ++h)
+            for (std::size_t t = every_code; t < count; ++t)
+              BOOST_TEST_CONTEXT("group " << group << " head " << h << " token " << t) {
+                check_close(scores[h * count + t], expected_scores[h * count + t],
+                            4.0f * magnitude(queries.data() + h * head_dim, t));
+              }
+        }
         // One head takes a kernel of its own (the query reordered and times the layout's
         // power of two once), and a query that power of two would overflow the general one:
         // both must match the reference, NaN codes giving NaN.
@@ -907,19 +912,21 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
         const std::size_t finite = count - every_code;
         const std::uint8_t* finite_records = records.data() + every_code * f.record_bytes;
         const auto weights = random.floats(heads * finite);
-        std::vector<float> acc(heads * head_dim, 0.0f), reference(heads * head_dim, 0.0f);
-        kernels.axpy_records(f, weights.data(), finite, heads, finite_records, finite, acc.data());
-        scalar.axpy_records(f, weights.data(), finite, heads, finite_records, finite, reference.data());
-        for (std::size_t h = 0; h < heads; ++h)
-          for (std::size_t i = 0; i < head_dim; ++i) {
-            float value_magnitude = 0.0f;
-            for (std::size_t t = 0; t < finite; ++t)
-              value_magnitude +=
-                  std::fabs(weights[h * finite + t] * scale * levels[finite_records[t * f.record_bytes + i]]);
-            BOOST_TEST_CONTEXT("values, head " << h << " channel " << i) {
-              check_close(acc[h * head_dim + i], reference[h * head_dim + i], 4.0f * value_magnitude);
+        for (const std::size_t group : {std::size_t{4}, heads}) {
+          std::vector<float> acc(group * head_dim, 0.0f), reference(group * head_dim, 0.0f);
+          kernels.axpy_records(f, weights.data(), finite, group, finite_records, finite, acc.data());
+          scalar.axpy_records(f, weights.data(), finite, group, finite_records, finite, reference.data());
+          for (std::size_t h = 0; h < group; ++h)
+            for (std::size_t i = 0; i < head_dim; ++i) {
+              float value_magnitude = 0.0f;
+              for (std::size_t t = 0; t < finite; ++t)
+                value_magnitude +=
+                    std::fabs(weights[h * finite + t] * scale * levels[finite_records[t * f.record_bytes + i]]);
+              BOOST_TEST_CONTEXT("values, group " << group << " head " << h << " channel " << i) {
+                check_close(acc[h * head_dim + i], reference[h * head_dim + i], 4.0f * value_magnitude);
+              }
             }
-          }
+        }
       }
     }
   }

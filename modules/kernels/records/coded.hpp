@@ -436,6 +436,14 @@ struct coded_kernels : record_runs<Arch> {
   }
 
   static bool serves(const record_format& f) noexcept { return vector_records(f); }
+  // Heads per pass over the records. 8-bit table codes (fp8) cost a widen, shifts, a select
+  // and an fp16 conversion per 16 codes, so with AVX-512's 32 registers a GQA group of 8
+  // decodes them once: fp8_e4m3@token attention at GQA 8 (32k tokens from DRAM, one thread,
+  // AMD Zen 5) 38.6-40.9 ns per token and KV head against 51.6-64.7 in two passes of 4, in
+  // alternated runs. int8 and int4@group(32) ran no faster in one pass of 8 (their decode is
+  // a convert and a multiply-add), and 8 heads' sums of 2-bit codes take every register.
+  template <bool Affine, unsigned Bits>
+  static constexpr std::size_t heads_per_coded_pass = width >= 16 && !Affine && Bits == 8 ? 8 : max_heads;
   // dot_records and axpy_records for the formats this family serves: queries and
   // accumulators in split order for codes of fewer than 8 bits.
   static void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
@@ -445,7 +453,7 @@ struct coded_kernels : record_runs<Arch> {
     with_codes(f, [&]<bool Affine, unsigned Bits>() {
       constexpr std::size_t per_byte = 8 / Bits;
       alignas(64) float split[per_byte > 1 ? max_heads * max_head_dim : 1]; // 8-bit codes are in order
-      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+      for_each_head_pass<heads_per_coded_pass<Affine, Bits>>(heads, [&]<std::size_t H>(std::size_t h) {
         if constexpr (per_byte == 1)
           return dot_coded<Affine, Bits, H>(f, queries + h * n, records, count, scores + h * stride, stride);
         for (std::size_t k = 0; k < H; ++k) split_order<per_byte>(queries + (h + k) * n, n, split + k * n);
@@ -459,7 +467,7 @@ struct coded_kernels : record_runs<Arch> {
     with_codes(f, [&]<bool Affine, unsigned Bits>() {
       constexpr std::size_t per_byte = 8 / Bits;
       alignas(64) float split[per_byte > 1 ? max_heads * max_head_dim : 1];
-      for_each_head_pass(heads, [&]<std::size_t H>(std::size_t h) {
+      for_each_head_pass<heads_per_coded_pass<Affine, Bits>>(heads, [&]<std::size_t H>(std::size_t h) {
         if constexpr (per_byte == 1)
           return axpy_coded<Affine, Bits, H>(f, weights + h * stride, stride, records, count, acc + h * n);
         for (std::size_t k = 0; k < H; ++k) split_order<per_byte>(acc + (h + k) * n, n, split + k * n);
