@@ -67,7 +67,9 @@ struct record_format {
 };
 
 // The vector kernels keep the sums of up to this many query heads of a GQA group in
-// registers; a larger group takes one pass over the records per heads_per_pass heads.
+// registers; a larger group takes one pass over the records per heads_per_pass heads. With
+// AVX-512 rows of floats and fp8 codes take 8 heads per pass (row_kernels and
+// coded_kernels say why).
 inline constexpr std::size_t heads_per_pass = 4;
 
 // Values of 2- and 4-bit affine codes (scale * (code - offset), plus a zero with two
