@@ -175,17 +175,20 @@ struct encoder_kernels : vector_basics<Arch> {
     std::size_t count = 1; // the groups there are, without an integer division
     while (count < 4 && first + count * n < f.head_dim) ++count;
     floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
-    floats differences(0.0f); // sums of v - v: NaN once a value is NaN or infinite, else 0
+    // Sums of the values: not finite once a value is NaN or infinite (one add per vector,
+    // where v - v summed takes two). Finite values whose sum overflows are refused too, and
+    // the caller's generic path encodes them; their parameters overflow fp16 anyway.
+    floats sums(0.0f);
     for (std::size_t k = 0; k < 4; ++k) {
       floats a(0.0f), b(0.0f);
       if (k < count) {
         const float* values = x + first + k * n;
         a = floats::load_unaligned(values);
         b = Fit == uniform_fit::absmax ? xsimd::abs(a) : a;
-        differences = differences + (a - a);
+        sums = sums + a;
         for (std::size_t i = width; i < n; i += width) {
           const floats v = floats::load_unaligned(values + i);
-          differences = differences + (v - v);
+          sums = sums + v;
           if constexpr (Fit == uniform_fit::absmax) {
             b = abs_max(b, v);
           } else {
@@ -198,7 +201,7 @@ struct encoder_kernels : vector_basics<Arch> {
       lows[k] = a;
     }
     // min and max may pass over a NaN: such a token is the caller's to report.
-    if (!xsimd::all(differences == floats(0.0f))) return false;
+    if (!xsimd::all((sums - sums) == floats(0.0f))) return false;
     // The scalar reference's arithmetic, lane by lane (+0 for zeros, as it has them).
     const __m128 hi = _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
     __m128 scale, zero = _mm_setzero_ps();
