@@ -124,15 +124,70 @@ BOOST_AUTO_TEST_CASE(simd_encoders_choose_the_scalar_codes_bit_for_bit) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(codebook_bucket_index_counts_thresholds_as_comparing_with_each) {
+  // Values on every threshold and one ulp to either side, and on every bucket's edges and
+  // one ulp off, through the record encoder of each ISA against the scalar reference's
+  // linear count. Each group holds a 1 (its absmax, so its scale), so y = x exactly; the
+  // Lloyd-Max thresholds (up to 2.4) are taken quartered, which keeps their spacing.
+  const auto& components = kvlab::builtin_registry();
+  const auto thresholds_of = [&](const char* name, float times) {
+    std::vector<float> t;
+    for (const float v : components.make_quantizer(name).encoding().thresholds) t.push_back(v * times);
+    return t;
+  };
+  const std::pair<std::vector<float>, bool> codebooks[] = {
+      {thresholds_of("nf4", 1.0f), true},
+      {thresholds_of("lloyd4", 0.25f), true},
+      {thresholds_of("lloyd3", 0.25f), true},
+      {{-0.9f, -0.89f, -0.5f, -0.49f, 0.0f, 0.01f, 0.3f, 0.31f, 0.8f, 0.81f}, true}, // two per bucket
+      {{-1.0f, -0.5f, 0.0f, 0.001f, 0.002f, 0.003f, 0.5f, 1.0f}, false}};            // three in one
+  const auto& scalar = kvlab::kernels_for(kvlab::isa::scalar);
+  for (const auto& [thresholds, bucketed] : codebooks) {
+    const kvlab::nearest_thresholds index(thresholds.data(), static_cast<unsigned>(thresholds.size()));
+    BOOST_TEST_REQUIRE(index.bucketed == bucketed); // the vector path below is the one meant
+    std::vector<float> y = {0.0f, -0.0f, 1.0f, -1.0f, 0.999f, -0.999f};
+    for (const float t : thresholds)
+      for (const float v : {t, std::nextafter(t, -2.0f), std::nextafter(t, 2.0f)}) y.push_back(v);
+    for (int b = 0; b <= 16 && bucketed; ++b) {
+      const float edge = (static_cast<float>(b) - index.origin) / index.per_bucket;
+      for (const float v : {edge, std::nextafter(edge, -2.0f), std::nextafter(edge, 2.0f)})
+        if (std::abs(v) <= 1.0f) y.push_back(v);
+    }
+    constexpr std::size_t group = 32;
+    const std::size_t groups = (y.size() + group - 2) / (group - 1);
+    std::vector<float> x(groups * group, 0.0f);
+    for (std::size_t i = 0; i < y.size(); ++i) x[i / (group - 1) * group + 1 + i % (group - 1)] = y[i];
+    for (std::size_t g = 0; g < groups; ++g) x[g * group] = 1.0f;
+    constexpr unsigned bits = 4;
+    const kvlab::record_format f{.kind = kvlab::element_kind::table_codes,
+                                 .record_bytes = x.size() * bits / 8 + 2 * groups,
+                                 .head_dim = x.size(),
+                                 .group_channels = group,
+                                 .bits = bits,
+                                 .params_per_group = 1};
+    std::vector<std::uint8_t> expected(f.record_bytes);
+    BOOST_TEST_REQUIRE(
+        scalar.encode_nearest_records(f, kvlab::codebook_scale::absmax, index, x.data(), 1, expected.data()) == 1u);
+    for (const auto isa : simd_isas()) {
+      BOOST_TEST_CONTEXT(kvlab::isa_name(isa) << ", " << thresholds.size() << " thresholds") {
+        std::vector<std::uint8_t> record(f.record_bytes);
+        BOOST_TEST_REQUIRE(kvlab::kernels_for(isa).encode_nearest_records(f, kvlab::codebook_scale::absmax, index,
+                                                                          x.data(), 1, record.data()) == 1u);
+        BOOST_TEST(record == expected, boost::test_tools::per_element());
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(record_encoders_write_the_quantizers_records_byte_for_byte) {
   // quantized_body::encode takes the fused encoder for int<b> and uint<b> (also under rht),
   // the fp8 encoder, the raw float conversions and the codebook encoder; its records must
   // be the ones the quantizer's own fit, stored_params and per-element encode give, on
   // every ISA, every width, odd head_dims and groups, fp16 and f32 params.
   const auto& components = kvlab::builtin_registry();
-  std::vector<std::string> quantizers = {"rht(int4)", "rht(uint8)",    "fp8_e4m3", "fp8_e4m3fnuz",
-                                         "fp8_e5m2",  "rht(fp8_e4m3)", "f16",      "bf16",
-                                         "f32",       "nf4",           "lloyd2",   "lloyd3"};
+  std::vector<std::string> quantizers = {"rht(int4)",     "rht(uint8)", "fp8_e4m3", "fp8_e4m3fnuz", "fp8_e5m2",
+                                         "rht(fp8_e4m3)", "f16",        "bf16",     "f32",          "nf4",
+                                         "lloyd2",        "lloyd3",     "lloyd4"};
   for (unsigned bits = 1; bits <= 8; ++bits) {
     if (bits >= 2) quantizers.push_back("int" + std::to_string(bits));
     quantizers.push_back("uint" + std::to_string(bits));

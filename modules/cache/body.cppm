@@ -63,7 +63,8 @@ public:
                 .bits = quantizer_.bits(),
                 .params_per_group = quantizer_.params_per_group(),
                 .param_bytes = precision == param_precision::f32 ? std::size_t{4} : std::size_t{2}},
-        precision_(precision), rule_(quantizer_.encoding()) {
+        precision_(precision), rule_(quantizer_.encoding()),
+        thresholds_(rule_.thresholds.data(), static_cast<unsigned>(rule_.thresholds.size())) {
     if (shape.tokens == 0)
       throw error("per-tensor groups have no streaming form in the cache (their parameters would depend on tokens "
                   "that have not arrived); use them with kvlab codec");
@@ -365,8 +366,7 @@ private:
     if (rule_.fit) return kernels.encode_uniform_records(format_, *rule_.fit, rule_.max_code, rows, n, records);
     if (rule_.kind == encoding_kind::float8) return kernels.encode_fp8_records(format_, *rule_.fp8, rows, n, records);
     if (rule_.kind == encoding_kind::nearest && rule_.scale_fit)
-      return kernels.encode_nearest_records(format_, *rule_.scale_fit, rule_.thresholds.data(),
-                                            static_cast<unsigned>(rule_.thresholds.size()), rows, n, records);
+      return kernels.encode_nearest_records(format_, *rule_.scale_fit, thresholds_, rows, n, records);
     if (quantizer_.format() != element_format::codebook)
       return kernels.encode_raw(format_.kind, rows, n * layout_.head_dim, records) ? n : 0;
     return 0;
@@ -640,7 +640,8 @@ private:
   any_quantizer quantizer_;
   record_layout layout_;
   param_precision precision_;
-  encoding_rule rule_; // the quantizer's, asked once
+  encoding_rule rule_;                     // the quantizer's, asked once
+  kernels::nearest_thresholds thresholds_; // rule_'s thresholds (sorted codebooks) with their bucket index
   kernels::record_format format_;
   std::unique_ptr<record_store> store_;        // one record per token
   std::unique_ptr<record_store> params_store_; // per-channel blocks: one parameter record per block

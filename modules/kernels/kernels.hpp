@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include "fp8/rounding.hpp"
@@ -39,14 +40,68 @@ enum class codebook_scale : std::uint8_t {
   root_mean_square // lloyd<b>: sqrt(mean of x^2), see root_mean_square below
 };
 
-// sqrt(mean of x^2) of x[0, n), the squares (exact in double) summed in double in channel
-// order, so the scale does not depend on summation-order noise or on the ISA.
+// sqrt(mean of x^2) of x[0, n): the squares (exact in double) summed in double into eight
+// partial sums, element i into sum i % 8, added at the end as
+// ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)). The order is fixed, so the scale does
+// not depend on the ISA, and the eight sums are independent chains that a vector of
+// doubles runs in step (one chain in channel order made lloyd<b> appends wait on 32 dependent
+// adds per group).
 inline float root_mean_square(const float* x, std::size_t n) noexcept {
   if (n == 0) return 0.0f;
-  double squares = 0.0;
-  for (std::size_t i = 0; i < n; ++i) squares += double{x[i]} * double{x[i]};
-  return static_cast<float>(std::sqrt(squares / static_cast<double>(n)));
+  double sums[8] = {};
+  for (std::size_t i = 0; i < n; ++i) sums[i % 8] += double{x[i]} * double{x[i]};
+  const double total = ((sums[0] + sums[4]) + (sums[2] + sums[6])) + ((sums[1] + sums[5]) + (sums[3] + sums[7]));
+  return static_cast<float>(std::sqrt(total / static_cast<double>(n)));
 }
+
+// A sorted codebook's decision thresholds (nf4, lloyd<b>), and an index of 16 buckets over
+// them for vector encoders, which then look a value up instead of comparing it with every
+// threshold. A value y falls in bucket b = clamp(floor(fma(y, per_bucket, origin)), 0, 15).
+// Every threshold below the bucket's range, widened by 1/16 of a bucket on each side (far
+// more than the rounding of that multiply-add moves y), is counted in below[b]; the at most
+// two inside the widened range are first[b] and second[b] (+infinity when fewer), each
+// counted when it is < y as the linear count does, so codes are the same bit for bit.
+// `bucketed` is false when a widened range holds more than two thresholds, or there are
+// too few thresholds for the index to pay.
+struct nearest_thresholds {
+  const float* values = nullptr; // ascending
+  unsigned count = 0;
+  bool bucketed = false;
+  float per_bucket = 0.0f, origin = 0.0f;
+  alignas(64) float below[16] = {}, first[16] = {}, second[16] = {};
+
+  nearest_thresholds() = default;
+  nearest_thresholds(const float* thresholds, unsigned threshold_count) : values(thresholds), count(threshold_count) {
+    constexpr unsigned buckets = 16, fewest = 7; // below 7 thresholds, comparing with each is as cheap
+    if (count < fewest) return;
+    const double lowest = values[0], highest = values[count - 1];
+    if (!(highest > lowest)) return;
+    // Thresholds span buckets 1..14; the outer buckets reach to -infinity and +infinity.
+    per_bucket = static_cast<float>((buckets - 2) / (highest - lowest));
+    origin = static_cast<float>(1.0 - lowest * double{per_bucket});
+    if (!std::isfinite(per_bucket) || !std::isfinite(origin)) return;
+    constexpr double margin = 1.0 / 16;
+    constexpr float infinity = std::numeric_limits<float>::infinity();
+    for (unsigned b = 0; b < buckets; ++b) {
+      const double from = b == 0 ? -double{infinity} : (b - margin - origin) / per_bucket;
+      const double to = b + 1 == buckets ? double{infinity} : (b + 1 + margin - origin) / per_bucket;
+      unsigned under = 0, inside = 0;
+      float candidates[2] = {infinity, infinity};
+      for (unsigned i = 0; i < count; ++i) {
+        if (values[i] < from) {
+          ++under;
+        } else if (values[i] < to) {
+          if (inside == 2) return;
+          candidates[inside++] = values[i];
+        }
+      }
+      below[b] = static_cast<float>(under);
+      first[b] = candidates[0];
+      second[b] = candidates[1];
+    }
+    bucketed = true;
+  }
+};
 
 // Layout of the records of one stream: one token per record, `record_bytes` apart. Codes
 // (or raw floats) first, bit-packed; then per group of `group_channels` channels its
@@ -141,8 +196,8 @@ struct kernel_table {
   // The same for sorted-codebook codes (nf4, lloyd<b>): each group's scale fitted by `fit`
   // (rounded as stored), its codes as encode_nearest gives them under the stored scale; a
   // row stops the call when a value is not finite or the scale overflows fp16.
-  std::size_t (*encode_nearest_records)(const record_format& f, codebook_scale fit, const float* thresholds,
-                                        unsigned threshold_count, const float* x, std::size_t count,
+  std::size_t (*encode_nearest_records)(const record_format& f, codebook_scale fit,
+                                        const nearest_thresholds& thresholds, const float* x, std::size_t count,
                                         std::uint8_t* records);
   // The same for 8-bit float codes: each group scaled by absmax / r.max_finite (rounded as
   // stored) and encoded as encode_fp8 does under the stored scale; a row stops the call when

@@ -17,6 +17,7 @@ using kernels::fixed_point_values;
 using kernels::isa;
 using kernels::isa_name;
 using kernels::kernel_table;
+using kernels::nearest_thresholds;
 using kernels::record_format;
 
 inline bool cpu_supports(isa instruction_set) noexcept { return kernels::cpu_supports(instruction_set); }

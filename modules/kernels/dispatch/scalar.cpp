@@ -19,8 +19,8 @@ const kernel_table& scalar_kernels() noexcept {
       .encode_fp8 = scalar::encode_fp8,
       .encode_uniform_records =
           scalar::encode_uniform_records<scalar::all_finite, scalar::absmax, scalar::min_max, scalar::encode_uniform>,
-      .encode_nearest_records =
-          scalar::encode_nearest_records<scalar::all_finite, scalar::absmax, scalar::encode_nearest>,
+      .encode_nearest_records = scalar::encode_nearest_records<scalar::all_finite, scalar::absmax, root_mean_square,
+                                                               scalar::encode_nearest_indexed>,
       .encode_fp8_records = scalar::encode_fp8_records<scalar::all_finite, scalar::absmax, scalar::encode_fp8>,
       .encode_uniform_channels = scalar::encode_uniform_channels<scalar::all_finite>,
       .dot_records = scalar::dot_records,

@@ -33,6 +33,13 @@ inline void encode_nearest(const float* x, std::size_t n, float scale, float zer
     put_code(packed, first + i, bits, nearest_code(x[i], scale, zero, thresholds, count));
 }
 
+// encode_nearest over a codebook's thresholds; the reference compares with each of them.
+inline void encode_nearest_indexed(const float* x, std::size_t n, float scale, float zero,
+                                   const nearest_thresholds& thresholds, unsigned bits, std::uint8_t* packed,
+                                   std::size_t first) noexcept {
+  encode_nearest(x, n, scale, zero, thresholds.values, thresholds.count, bits, packed, first);
+}
+
 inline void encode_fp8(const float* x, std::size_t n, float scale, const fp8_rounding& r,
                        std::uint8_t* codes) noexcept {
   for (std::size_t i = 0; i < n; ++i)
@@ -100,20 +107,20 @@ bool encode_uniform_record(const record_format& f, uniform_fit fit, unsigned max
 }
 
 // The fused per-token encoder of sorted codebooks (nf4, arXiv 2305.14314 sec. 3; lloyd<b>):
-// each group's scale fitted, rounded as stored, then codes as encode_nearest gives them
-// under it. False, the record unspecified, when a value is not finite or the scale
-// overflows fp16: the caller's generic path reports it.
-template <auto all_finite, auto absmax, auto encode_nearest, auto to_half = float_to_half_bits,
-          auto from_half = half_bits_to_float>
-bool encode_nearest_record(const record_format& f, codebook_scale fit, const float* thresholds,
-                           unsigned threshold_count, const float* x, std::uint8_t* record) noexcept {
+// each group's scale fitted (absmax, or root_mean_square for lloyd<b>), rounded as stored,
+// then codes as encode_nearest gives them under it. False, the record unspecified, when a
+// value is not finite or the scale overflows fp16: the caller's generic path reports it.
+template <auto all_finite, auto absmax, auto root_mean_square, auto encode_nearest_indexed,
+          auto to_half = float_to_half_bits, auto from_half = half_bits_to_float>
+bool encode_nearest_record(const record_format& f, codebook_scale fit, const nearest_thresholds& thresholds,
+                           const float* x, std::uint8_t* record) noexcept {
   if (!all_finite(x, f.head_dim)) return false;
   const std::size_t n = f.group_channels;
   for (std::size_t group = 0; group * n < f.head_dim; ++group) {
     const float* values = x + group * n;
     float scale = fit == codebook_scale::absmax ? absmax(values, n) : root_mean_square(values, n), zero = 0.0f;
     if (!put_group_params<to_half, from_half>(f, record + f.code_bytes(), group, scale, zero)) return false;
-    encode_nearest(x + group * n, n, scale, zero, thresholds, threshold_count, f.bits, record, group * n);
+    encode_nearest_indexed(x + group * n, n, scale, zero, thresholds, f.bits, record, group * n);
   }
   return true;
 }
@@ -158,14 +165,13 @@ std::size_t encode_uniform_records(const record_format& f, uniform_fit fit, unsi
   });
 }
 
-template <auto all_finite, auto absmax, auto encode_nearest, auto to_half = float_to_half_bits,
-          auto from_half = half_bits_to_float>
-std::size_t encode_nearest_records(const record_format& f, codebook_scale fit, const float* thresholds,
-                                   unsigned threshold_count, const float* x, std::size_t count,
-                                   std::uint8_t* records) noexcept {
+template <auto all_finite, auto absmax, auto root_mean_square, auto encode_nearest_indexed,
+          auto to_half = float_to_half_bits, auto from_half = half_bits_to_float>
+std::size_t encode_nearest_records(const record_format& f, codebook_scale fit, const nearest_thresholds& thresholds,
+                                   const float* x, std::size_t count, std::uint8_t* records) noexcept {
   return encode_each_record(f, x, count, records, [&](const float* row, std::uint8_t* record) {
-    return encode_nearest_record<all_finite, absmax, encode_nearest, to_half, from_half>(f, fit, thresholds,
-                                                                                         threshold_count, row, record);
+    return encode_nearest_record<all_finite, absmax, root_mean_square, encode_nearest_indexed, to_half, from_half>(
+        f, fit, thresholds, row, record);
   });
 }
 

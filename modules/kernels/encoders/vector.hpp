@@ -1,4 +1,4 @@
-// Group statistics and encoders: absmax and min/max for fitting parameters, uniform grids
+// Group statistics and encoders: absmax, min/max and root mean square for fitting parameters, uniform grids
 // (int<b>, uint<b>) and sorted codebooks (nf4, lloyd<b>) into bit-packed codes, and the
 // fused per-token record encoder. The scalar reference is reference.hpp here.
 #pragma once
@@ -12,8 +12,8 @@ struct encoder_kernels : vector_basics<Arch> {
   using base = vector_basics<Arch>;
   using base::width, base::fmadd, base::reduce, base::reduce_four, base::max_op, base::min_op, base::abs_max,
       base::store_codes, base::store_code_quad, base::lane, base::to_half, base::from_half, base::minus_nearest,
-      base::round_to_int, base::store_f16, base::load_f16;
-  using typename base::floats;
+      base::round_to_int, base::store_f16, base::load_f16, base::root_mean_square;
+  using typename base::floats, typename base::small_table;
   using typename base::ints;
 
   // No NaN or infinity among the values: v - v is 0 for a finite v and NaN otherwise.
@@ -91,6 +91,28 @@ struct encoder_kernels : vector_basics<Arch> {
     scalar::encode_nearest(x + i, n - i, scale, zero, thresholds, count, bits, packed, first + i);
   }
 
+  // encode_nearest through the thresholds' bucket index where they have one: per vector a
+  // multiply-add, a clamp, three register lookups and two compares instead of a compare with
+  // every threshold (nf4's 15). The codes are the linear count's (nearest_thresholds says why).
+  static void encode_nearest_indexed(const float* x, std::size_t n, float scale, float zero,
+                                     const nearest_thresholds& t, unsigned bits, std::uint8_t* packed,
+                                     std::size_t first) noexcept {
+    if (!t.bucketed || scale == 0.0f || !vector_packable(bits, first))
+      return encode_nearest(x, n, scale, zero, t.values, t.count, bits, packed, first);
+    const small_table below(t.below, 4), firsts(t.first, 4), seconds(t.second, 4);
+    const floats scales(scale), zeros(zero), per_bucket(t.per_bucket), origin(t.origin), last(15.0f), nothing(0.0f),
+        one(1.0f);
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) {
+      const floats y = (floats::load_unaligned(x + i) - zeros) / scales;
+      const ints bucket = xsimd::to_int(xsimd::min(xsimd::max(fmadd(y, per_bucket, origin), nothing), last));
+      const floats code = below(bucket) + xsimd::select(firsts(bucket) < y, one, nothing) +
+                          xsimd::select(seconds(bucket) < y, one, nothing);
+      store_codes(xsimd::to_int(code), bits, packed, first + i);
+    }
+    scalar::encode_nearest(x + i, n - i, scale, zero, t.values, t.count, bits, packed, first + i);
+  }
+
   // fp8_code on every lane: the same float division, comparisons and integer rounding of
   // the float's bits, both the subnormal and the normal code computed and one selected.
   static void encode_fp8(const float* x, std::size_t n, float scale, const fp8_rounding& r,
@@ -130,11 +152,11 @@ struct encoder_kernels : vector_basics<Arch> {
 
   // Sorted-codebook records: the reference's steps over this ISA's absmax and nearest-level
   // codes.
-  static std::size_t encode_nearest_records(const record_format& f, codebook_scale fit, const float* thresholds,
-                                            unsigned threshold_count, const float* x, std::size_t count,
+  static std::size_t encode_nearest_records(const record_format& f, codebook_scale fit,
+                                            const nearest_thresholds& thresholds, const float* x, std::size_t count,
                                             std::uint8_t* records) noexcept {
-    return scalar::encode_nearest_records<&all_finite, &absmax, &encode_nearest, &to_half, &from_half>(
-        f, fit, thresholds, threshold_count, x, count, records);
+    return scalar::encode_nearest_records<&all_finite, &absmax, &root_mean_square, &encode_nearest_indexed, &to_half,
+                                          &from_half>(f, fit, thresholds, x, count, records);
   }
 
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four

@@ -75,6 +75,30 @@ struct isa_ops<xsimd::fma3<xsimd::avx2>> : vector_types<xsimd::fma3<xsimd::avx2>
   // max(|a|, |b|) lane by lane.
   static floats abs_max(floats a, floats b) noexcept { return xsimd::max(xsimd::abs(a), xsimd::abs(b)); }
 
+  // kernels::root_mean_square with its eight partial sums in two vectors of doubles (sums
+  // 0-3 and 4-7; a square is exact in double, so a fused multiply-add adds it as the
+  // reference's multiply then add does), the tail padded with zeros.
+  static float root_mean_square(const float* x, std::size_t n) noexcept {
+    if (n == 0) return 0.0f;
+    __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
+    const auto add_squares = [&](const float* eight) {
+      const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(eight)), b = _mm256_cvtps_pd(_mm_loadu_ps(eight + 4));
+      low = _mm256_fmadd_pd(a, a, low);
+      high = _mm256_fmadd_pd(b, b, high);
+    };
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) add_squares(x + i);
+    if (i < n) {
+      float tail[8] = {};
+      std::copy(x + i, x + n, tail);
+      add_squares(tail);
+    }
+    const __m256d halves = _mm256_add_pd(low, high);
+    const __m128d quarters = _mm_add_pd(_mm256_castpd256_pd128(halves), _mm256_extractf128_pd(halves, 1));
+    const double total = _mm_cvtsd_f64(_mm_add_sd(quarters, _mm_unpackhi_pd(quarters, quarters)));
+    return static_cast<float>(std::sqrt(total / static_cast<double>(n)));
+  }
+
   // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be
   // the longest dependency chain of a group's encoding. Lane k of the result is op over
   // every lane of v[k], for four vectors at once: a 4x4 transpose within each 128-bit

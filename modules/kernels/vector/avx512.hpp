@@ -78,6 +78,27 @@ struct isa_ops<xsimd::avx512bw> : fp8_decoding {
   // max(|a|, |b|) lane by lane: the larger magnitude, sign cleared, in one instruction.
   static floats abs_max(floats a, floats b) noexcept { return _mm512_range_ps(a, b, 0x0b); }
 
+  // kernels::root_mean_square with its eight partial sums as the lanes of one vector of
+  // doubles (a square is exact in double, so a fused multiply-add adds it as the reference's
+  // multiply then add does), the tail's missing lanes loaded as zeros.
+  static float root_mean_square(const float* x, std::size_t n) noexcept {
+    if (n == 0) return 0.0f;
+    __m512d sums = _mm512_setzero_pd();
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+      sums = _mm512_fmadd_pd(v, v, sums);
+    }
+    if (i < n) {
+      const __m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << (n - i)) - 1), x + i));
+      sums = _mm512_fmadd_pd(v, v, sums);
+    }
+    const __m256d halves = _mm256_add_pd(_mm512_castpd512_pd256(sums), _mm512_extractf64x4_pd(sums, 1));
+    const __m128d quarters = _mm_add_pd(_mm256_castpd256_pd128(halves), _mm256_extractf128_pd(halves, 1));
+    const double total = _mm_cvtsd_f64(_mm_add_sd(quarters, _mm_unpackhi_pd(quarters, quarters)));
+    return static_cast<float>(std::sqrt(total / static_cast<double>(n)));
+  }
+
   // Horizontal max and min as shuffle trees (see isa_ops<avx2>::reduce_four): lane k of the
   // result is op over every lane of v[k], for four vectors at once.
   template <class Op>
