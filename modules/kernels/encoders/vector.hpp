@@ -199,7 +199,8 @@ struct encoder_kernels : vector_basics<Arch> {
     floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
     // Sums of the values: not finite once a value is NaN or infinite (one add per vector,
     // where v - v summed takes two). Finite values whose sum overflows are refused too, and
-    // the caller's generic path encodes them; their parameters overflow fp16 anyway.
+    // the caller's generic path encodes them (with fp16 parameters it reports the overflowed
+    // scale; f32 parameters hold it).
     floats sums(0.0f);
     for (std::size_t k = 0; k < 4; ++k) {
       floats a(0.0f), b(0.0f);
