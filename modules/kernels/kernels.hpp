@@ -190,7 +190,9 @@ struct kernel_table {
   // to nearest even unless params_f32) and encoded as encode_uniform does under the stored
   // parameters. Returns how many leading records it wrote: count, or the index of the first
   // row whose parameter overflows fp16 or that holds a value that is not finite (that
-  // record unspecified, the rest untouched).
+  // record unspecified, the rest untouched). A vector encoder may stop earlier, at a finite
+  // row whose values' float sum overflows (its finite check); the caller encodes from the
+  // returned row on, one row at a time, as for any other stop.
   std::size_t (*encode_uniform_records)(const record_format& f, uniform_fit fit, unsigned max_code, const float* x,
                                         std::size_t count, std::uint8_t* records);
   // The same for sorted-codebook codes (nf4, lloyd<b>): each group's scale fitted by `fit`

@@ -152,11 +152,31 @@ struct encoder_kernels : vector_basics<Arch> {
 
   // Sorted-codebook records: the reference's steps over this ISA's absmax and nearest-level
   // codes.
+  // Codebooks in groups of whole vectors fit four groups at once, as the uniform encoder
+  // does (nf4: scale = absmax / 1; lloyd<b>: the root mean square).
   static std::size_t encode_nearest_records(const record_format& f, codebook_scale fit,
                                             const nearest_thresholds& thresholds, const float* x, std::size_t count,
                                             std::uint8_t* records) noexcept {
-    return scalar::encode_nearest_records<&all_finite, &absmax, &root_mean_square, &encode_nearest_indexed, &to_half,
-                                          &from_half>(f, fit, thresholds, x, count, records);
+    if ((f.bits != 8 && f.bits != 4 && f.bits != 2) || f.group_channels % width != 0)
+      return scalar::encode_nearest_records<&all_finite, &absmax, &root_mean_square, &encode_nearest_indexed, &to_half,
+                                            &from_half>(f, fit, thresholds, x, count, records);
+    return fit == codebook_scale::absmax ? encode_codebook_records<false>(f, thresholds, x, count, records)
+                                         : encode_codebook_records<true>(f, thresholds, x, count, records);
+  }
+  template <bool RootMeanSquare>
+  static std::size_t encode_codebook_records(const record_format& f, const nearest_thresholds& thresholds,
+                                             const float* x, std::size_t count, std::uint8_t* records) noexcept {
+    const std::size_t n = f.group_channels;
+    return scalar::encode_each_record(f, x, count, records, [&](const float* row, std::uint8_t* record) {
+      for (std::size_t group = 0; group * n < f.head_dim; group += 4) {
+        four_fits fits;
+        if (!fit_four_groups<uniform_fit::absmax, RootMeanSquare>(f, 1.0f, row, record, group, fits)) return false;
+        for (std::size_t k = 0; k < fits.count; ++k)
+          encode_nearest_indexed(row + (group + k) * n, n, fits.scales[k], 0.0f, thresholds, f.bits, record,
+                                 (group + k) * n);
+      }
+      return true;
+    });
   }
 
   // Records of 8-, 4- or 2-bit codes whose groups are whole vectors: the parameters of four
@@ -189,13 +209,24 @@ struct encoder_kernels : vector_basics<Arch> {
                                       : with_bits.template operator()<uniform_fit::min_max>();
   }
 
-  // The (up to) four groups of a record from group `group` on.
-  template <uniform_fit Fit, unsigned Bits>
-  static bool encode_four_groups(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
-                                 std::size_t group) noexcept {
+  // The parameters of the (up to) four groups of a record from group `group` on, one lane
+  // each, rounded as stored and written into the record: scale = absmax / divisor (Fit
+  // absmax) or (max - min) / divisor with zero = min (Fit min_max), or the root mean square
+  // with zero 0 (RootMeanSquare, lloyd<b>). False when a value is not finite or a parameter
+  // overflows: the caller's generic path reports it.
+  struct four_fits {
+    std::size_t count; // the groups there are (4, or fewer at the record's end)
+    __m128 scale, zero;
+    alignas(16) float scales[4], zeros[4];
+  };
+  template <uniform_fit Fit, bool RootMeanSquare = false>
+  __attribute__((always_inline)) static bool fit_four_groups(const record_format& f, float divisor, const float* x,
+                                                             std::uint8_t* record, std::size_t group,
+                                                             four_fits& out) noexcept {
     const std::size_t n = f.group_channels, first = group * n;
-    std::size_t count = 1; // the groups there are, without an integer division
+    std::size_t count = 1; // without an integer division
     while (count < 4 && first + count * n < f.head_dim) ++count;
+    out.count = count;
     floats highs[4], lows[4]; // lane-wise statistics of each group (0 past the last)
     // Sums of the values: not finite once a value is NaN or infinite (one add per vector,
     // where v - v summed takes two). Finite values whose sum overflows are refused too, and
@@ -212,7 +243,9 @@ struct encoder_kernels : vector_basics<Arch> {
         for (std::size_t i = width; i < n; i += width) {
           const floats v = floats::load_unaligned(values + i);
           sums = sums + v;
-          if constexpr (Fit == uniform_fit::absmax) {
+          if constexpr (RootMeanSquare) {
+            continue;
+          } else if constexpr (Fit == uniform_fit::absmax) {
             b = abs_max(b, v);
           } else {
             a = xsimd::min(a, v);
@@ -226,15 +259,20 @@ struct encoder_kernels : vector_basics<Arch> {
     // min and max may pass over a NaN: such a token is the caller's to report.
     if (!xsimd::all((sums - sums) == floats(0.0f))) return false;
     // The scalar reference's arithmetic, lane by lane (+0 for zeros, as it has them).
-    const __m128 hi = _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
     __m128 scale, zero = _mm_setzero_ps();
-    if constexpr (Fit == uniform_fit::absmax) {
-      scale = _mm_div_ps(hi, _mm_set1_ps(f.offset));
+    const __m128 hi = RootMeanSquare ? zero : _mm_add_ps(reduce_four(highs, max_op), _mm_setzero_ps());
+    if constexpr (RootMeanSquare) {
+      alignas(16) float root_mean_squares[4] = {};
+      for (std::size_t k = 0; k < count; ++k) root_mean_squares[k] = root_mean_square(x + first + k * n, n);
+      scale = _mm_load_ps(root_mean_squares);
+    } else if constexpr (Fit == uniform_fit::absmax) {
+      scale = _mm_div_ps(hi, _mm_set1_ps(divisor));
     } else {
       zero = _mm_add_ps(reduce_four(lows, min_op), _mm_setzero_ps());
-      scale = _mm_div_ps(_mm_sub_ps(hi, zero), _mm_set1_ps(static_cast<float>(max_code)));
+      scale = _mm_div_ps(_mm_sub_ps(hi, zero), _mm_set1_ps(divisor));
     }
-    alignas(16) float scales[4], zeros[4];
+    float* scales = out.scales;
+    float* zeros = out.zeros;
     std::uint8_t* params = record + f.code_bytes() + group * f.params_per_group * (f.params_f32 ? 4 : 2);
     if (f.params_f32) {
       _mm_store_ps(scales, scale);
@@ -265,6 +303,21 @@ struct encoder_kernels : vector_basics<Arch> {
       _mm_store_ps(scales, scale);
       _mm_store_ps(zeros, zero);
     }
+    out.scale = scale;
+    out.zero = zero;
+    return true;
+  }
+
+  // The (up to) four groups of a record from group `group` on: their fit, then their codes.
+  template <uniform_fit Fit, unsigned Bits>
+  static bool encode_four_groups(const record_format& f, unsigned max_code, const float* x, std::uint8_t* record,
+                                 std::size_t group) noexcept {
+    four_fits fits;
+    if (!fit_four_groups<Fit>(f, Fit == uniform_fit::absmax ? f.offset : static_cast<float>(max_code), x, record, group,
+                              fits))
+      return false;
+    const std::size_t n = f.group_channels, first = group * n, count = fits.count;
+    const __m128 scale = fits.scale, zero = fits.zero;
     // Codes through the reciprocal where it is a normal float (always for fp16 scales);
     // scale 0 gets reciprocal 0, so every code is the offset as the reference has it.
     const __m128 normal =
@@ -274,8 +327,8 @@ struct encoder_kernels : vector_basics<Arch> {
       if (encode_by_reciprocal<Fit, Bits>(f, max_code, x, record, first, count, zero, reciprocal)) return true;
     }
     for (std::size_t k = 0; k < count; ++k)
-      encode_uniform(x + first + k * n, n, scales[k], zeros[k], static_cast<int>(f.offset), max_code, Bits, record,
-                     first + k * n);
+      encode_uniform(x + first + k * n, n, fits.scales[k], fits.zeros[k], static_cast<int>(f.offset), max_code, Bits,
+                     record, first + k * n);
     return true;
   }
 

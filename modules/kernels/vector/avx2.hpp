@@ -93,10 +93,7 @@ struct isa_ops<xsimd::fma3<xsimd::avx2>> : vector_types<xsimd::fma3<xsimd::avx2>
       std::copy(x + i, x + n, tail);
       add_squares(tail);
     }
-    const __m256d halves = _mm256_add_pd(low, high);
-    const __m128d quarters = _mm_add_pd(_mm256_castpd256_pd128(halves), _mm256_extractf128_pd(halves, 1));
-    const double total = _mm_cvtsd_f64(_mm_add_sd(quarters, _mm_unpackhi_pd(quarters, quarters)));
-    return static_cast<float>(std::sqrt(total / static_cast<double>(n)));
+    return root_of_paired_sums(_mm256_add_pd(low, high), n);
   }
 
   // Horizontal max and min as shuffle trees: a serial scalar loop over the lanes would be

@@ -93,10 +93,7 @@ struct isa_ops<xsimd::avx512bw> : fp8_decoding {
       const __m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << (n - i)) - 1), x + i));
       sums = _mm512_fmadd_pd(v, v, sums);
     }
-    const __m256d halves = _mm256_add_pd(_mm512_castpd512_pd256(sums), _mm512_extractf64x4_pd(sums, 1));
-    const __m128d quarters = _mm_add_pd(_mm256_castpd256_pd128(halves), _mm256_extractf128_pd(halves, 1));
-    const double total = _mm_cvtsd_f64(_mm_add_sd(quarters, _mm_unpackhi_pd(quarters, quarters)));
-    return static_cast<float>(std::sqrt(total / static_cast<double>(n)));
+    return root_of_paired_sums(_mm256_add_pd(_mm512_castpd512_pd256(sums), _mm512_extractf64x4_pd(sums, 1)), n);
   }
 
   // Horizontal max and min as shuffle trees (see isa_ops<avx2>::reduce_four): lane k of the

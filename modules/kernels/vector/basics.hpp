@@ -65,6 +65,14 @@ struct vector_types {
     if (n % 4 != 0) four(n - 4);
   }
 
+  // kernels::root_mean_square's end from its eight partial sums already added in pairs
+  // (lane k holds s_k + s_(k+4)): the rest of the reference's fixed tree, then the root.
+  static float root_of_paired_sums(__m256d pairs, std::size_t n) noexcept {
+    const __m128d quarters = _mm_add_pd(_mm256_castpd256_pd128(pairs), _mm256_extractf128_pd(pairs, 1));
+    const double total = _mm_cvtsd_f64(_mm_add_sd(quarters, _mm_unpackhi_pd(quarters, quarters)));
+    return static_cast<float>(std::sqrt(total / static_cast<double>(n)));
+  }
+
   // The sums of up to H heads, returned by value from a per-token lambda (see reduce_tokens).
   template <std::size_t H>
   struct head_sums {
