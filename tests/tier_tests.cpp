@@ -476,9 +476,10 @@ BOOST_AUTO_TEST_CASE(storage_out_of_memory_leaves_no_half_appended_token) {
   BOOST_TEST(failures >= 14); // both slots of every per-token case; flushes of the key and the value
 }
 
-// append_tokens encodes a run of records per kernel call where both streams take tokens
-// straight into their bodies, and appends one by one where they do not (sinks still to
-// come, a residual window): either way the cache is the one `count` appends leave.
+// append_tokens encodes a run of records per kernel call where a stream takes tokens
+// straight into its body, passes them through a residual window in one conversion where it
+// has one, and appends sinks still to come one by one: either way the cache is the one
+// `count` appends leave (key norms included).
 BOOST_AUTO_TEST_CASE(appending_tokens_in_runs_stores_what_appends_one_by_one_store) {
   const auto data = kvlab::load_data("synthetic:llm(L=1,H=1,Q=1,T=120,D=64,seed=5)");
   const auto keys = data.keys.values(), values = data.values.values();
@@ -487,7 +488,10 @@ BOOST_AUTO_TEST_CASE(appending_tokens_in_runs_stores_what_appends_one_by_one_sto
        {"k=int8@group(32),v=int4@group(32)", "k=fp8_e4m3@token,v=nf4@group(16)", "k=f16@token,v=bf16@token",
         "k=rht(int4)@group(32),v=lloyd2@group(32)", "k=uint4@group(16),v=uint2@group(32),store=paged(7)",
         "k=int8@token,v=int8@token,sinks=3", "k=uint2@channel(8),v=int4@group(32),residual=8",
-        "k=int8@token,v=int4@group(32),evict=knorm,budget=60"})
+        "k=int8@token,v=int4@group(32),evict=knorm,budget=60", "k=uint2@channel(32),v=uint2@group(32),residual=32",
+        "k=int4@channel(16),v=int4@channel(16)", "k=uint2@channel(8),v=int4@group(32),residual=8,evict=knorm,budget=60",
+        "k=int8@token,v=int4@group(32),residual=8,sinks=7,store=paged(7)",
+        "k=rht(int4)@group(32),v=int8@token,residual=5"})
     BOOST_TEST_CONTEXT(recipe) {
       auto one_by_one = make_cache(recipe, 1, 1, 64), in_runs = make_cache(recipe, 1, 1, 64);
       for (std::size_t t = 0; t < 120; ++t) one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
@@ -536,6 +540,93 @@ BOOST_AUTO_TEST_CASE(a_token_refused_in_a_run_is_named_and_the_tokens_before_it_
         }
         require_same_head(one_by_one, in_runs, 0, query);
       }
+}
+
+// Through a residual window, a run stops where appends one by one stop: at the token holding
+// a value fp16 cannot hold, or, when the body refuses a block leaving the window, at the
+// token whose arrival moved it out. The error names that token; the tokens before it stay.
+BOOST_AUTO_TEST_CASE(a_run_through_the_window_stops_where_appends_one_by_one_stop) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=1,Q=1,T=40,D=32,seed=8)");
+  const auto query = data.queries.row(0, 0, 39);
+  struct refusal {
+    std::string recipe;
+    bool in_values;
+    std::vector<std::pair<std::size_t, float>> set; // value index, value
+    std::size_t token;                              // the token refused
+  };
+  const std::size_t d = 32;
+  for (const auto& [recipe, in_values, set, token] : std::vector<refusal>{
+           // fp16 cannot hold 1e6, nor a NaN: token 16 itself
+           {"k=uint2@channel(8),v=int4@group(32),residual=8", false, {{16 * d + 5, 1e6f}}, 16},
+           {"k=uint2@channel(8),v=int4@group(32),residual=8", true, {{16 * d + 5, NAN}}, 16},
+           // uint1's scale (max - min) / 1 = 120000 is past fp16: token 16's per-token record
+           // leaves the 4-token window when token 20 arrives
+           {"k=int8@token,v=uint1@group(32),residual=4", true, {{16 * d + 1, 60000.0f}, {16 * d + 2, -60000.0f}}, 20},
+           // the same for channel 5 of the key block of tokens 16-19, leaving at token 21
+           {"k=uint1@channel(4),v=int8@token,residual=2",
+            false,
+            {{16 * d + 5, 60000.0f}, {17 * d + 5, -60000.0f}},
+            21}})
+    BOOST_TEST_CONTEXT(recipe << (in_values ? ", a value refused" : ", a key refused")) {
+      std::vector<float> keys(data.keys.values().begin(), data.keys.values().end());
+      std::vector<float> values(data.values.values().begin(), data.values.values().end());
+      for (const auto& [at, value] : set) (in_values ? values : keys)[at] = value;
+      auto in_runs = make_cache(recipe, 1, 1, d), one_by_one = make_cache(recipe, 1, 1, d);
+      const auto row = [&](const std::vector<float>& rows, std::size_t t) { return std::span(rows).subspan(t * d, d); };
+      for (std::size_t t = 0; t < 3; ++t) in_runs.append(0, 0, row(keys, t), row(values, t));
+      std::string expected_message;
+      for (std::size_t t = 0; t <= token; ++t) try {
+          one_by_one.append(0, 0, row(keys, t), row(values, t));
+        } catch (const kvlab::error& e) {
+          expected_message = e.what();
+          BOOST_TEST_REQUIRE(t == token);
+        }
+      BOOST_TEST_REQUIRE(expected_message.find(std::string(in_values ? "values" : "keys") +
+                                               " of layer 0, KV head 0, appending token " + std::to_string(token)) ==
+                         0);
+      try {
+        in_runs.append_tokens(0, 0, std::span(keys).subspan(3 * d, 30 * d), std::span(values).subspan(3 * d, 30 * d),
+                              30);
+        BOOST_ERROR("the run was not refused");
+      } catch (const kvlab::error& e) {
+        BOOST_TEST(std::string(e.what()) == expected_message);
+      }
+      require_same_head(one_by_one, in_runs, 0, query);
+    }
+}
+
+// Storage out of memory in a run through a residual window: the tokens whose flushed
+// records were stored stay, in both streams, and the cache goes on as appends one by one.
+BOOST_AUTO_TEST_CASE(storage_out_of_memory_in_a_window_run_keeps_both_streams_at_the_same_tokens) {
+  const auto data = kvlab::load_data("synthetic:llm(L=1,H=1,Q=1,T=40,D=32,seed=3)");
+  const auto keys = data.keys.values(), values = data.values.values();
+  const std::string recipe = "k=int8@token,v=int4@group(32),residual=4";
+  for (const long slots : {0L, 7L, 16L, 19L, 33L}) BOOST_TEST_CONTEXT(slots << " slots left") {
+      auto parsed = kvlab::parse_recipe(recipe, kvlab::builtin_registry());
+      exhaustible_storage storage;
+      parsed.storage = kvlab::any_storage(storage);
+      kvlab::kv_cache cache(parsed, 1, 1, 32);
+      *storage.slots_left = slots;
+      // 20 tokens flush 16 records per stream, keys first; the values' m-th record, refused,
+      // leaves with the arrival of token m + 4.
+      const std::size_t expected = slots < 16 ? 0 : std::min<std::size_t>(20, static_cast<std::size_t>(slots) - 12);
+      if (expected < 20)
+        BOOST_CHECK_THROW(cache.append_tokens(0, 0, keys.first(20 * 32), values.first(20 * 32), 20), std::bad_alloc);
+      else
+        cache.append_tokens(0, 0, keys.first(20 * 32), values.first(20 * 32), 20);
+      BOOST_TEST(cache.keys(0, 0).tokens() == expected);
+      BOOST_TEST(cache.values(0, 0).tokens() == expected);
+      *storage.slots_left = 1L << 40;
+      auto one_by_one = make_cache(recipe, 1, 1, 32);
+      for (std::size_t t = 0; t < expected; ++t)
+        one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+      require_same_head(one_by_one, cache, 0, data.queries.row(0, 0, 39));
+      for (std::size_t t = expected; t < 40; ++t) {
+        cache.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+        one_by_one.append(0, 0, data.keys.row(0, 0, t), data.values.row(0, 0, t));
+      }
+      require_same_head(one_by_one, cache, 0, data.queries.row(0, 0, 39));
+    }
 }
 
 // Storage out of memory in a run: a key's failure leaves no token of the call behind; a

@@ -118,14 +118,15 @@ public:
     if (!policy_) return;
     const std::size_t i = index(layer, kv_head);
     if (needs_.attention) accumulated_[i].push_back(0.0), latest_[i].push_back(0.0);
-    if (needs_.key_norms) update_key_norms(i, unchanged);
+    if (needs_.key_norms) update_key_norms(i, unchanged, 1);
   }
 
   // Appends `count` consecutive tokens to (layer, kv_head): keys and values are count x
   // head_dim rows. The cache ends as `count` append() calls would leave it, without
-  // token_done() between them; where both streams take tokens straight into their bodies
-  // (kv_stream::appends_in_runs), each stream encodes them a run of records per kernel call.
-  // A token that cannot be appended throws an error naming it; the tokens before it stay.
+  // token_done() between them. Sink tokens still to come are appended one at a time; then
+  // each stream takes the rest in one call (kv_stream::append_tokens): a run of records
+  // straight into its body, or through its residual window in one fp16 conversion. A token
+  // that cannot be appended throws an error naming it; the tokens before it stay.
   void append_tokens(std::size_t layer, std::size_t kv_head, std::span<const float> keys_rows,
                      std::span<const float> values_rows, std::size_t count) {
     if (keys_rows.size() != count * head_dim_ || values_rows.size() != keys_rows.size())
@@ -134,12 +135,14 @@ public:
                   std::to_string(values_rows.size()));
     kv_stream& k = keys(layer, kv_head);
     kv_stream& v = values(layer, kv_head);
-    if (!k.appends_in_runs() || !v.appends_in_runs()) {
-      for (std::size_t t = 0; t < count; ++t)
-        append(layer, kv_head, keys_rows.subspan(t * head_dim_, head_dim_),
-               values_rows.subspan(t * head_dim_, head_dim_));
-      return;
-    }
+    // Sink tokens still to come arrive one at a time (both streams have the same tiers).
+    std::size_t sunk = 0;
+    for (; sunk < count && !(k.appends_in_runs() && v.appends_in_runs()); ++sunk)
+      append(layer, kv_head, keys_rows.subspan(sunk * head_dim_, head_dim_),
+             values_rows.subspan(sunk * head_dim_, head_dim_));
+    if (sunk == count) return;
+    keys_rows = keys_rows.subspan(sunk * head_dim_), values_rows = values_rows.subspan(sunk * head_dim_);
+    count -= sunk;
     const std::size_t first = k.tokens_seen(), unchanged = k.sink_tokens() + k.body_tokens();
     const auto refused = [&](const char* tensor, const row_error& e) {
       return error(std::string(tensor) + " of layer " + std::to_string(layer) + ", KV head " + std::to_string(kv_head) +
@@ -149,7 +152,7 @@ public:
       if (!policy_) return;
       const std::size_t i = index(layer, kv_head), n = k.evictable_tokens();
       if (needs_.attention) accumulated_[i].resize(n, 0.0), latest_[i].resize(n, 0.0);
-      if (needs_.key_norms) update_key_norms(i, unchanged);
+      if (needs_.key_norms) update_key_norms(i, unchanged, k.tokens_seen() - first);
     };
     std::optional<error> failure;
     std::size_t taken = count; // tokens both streams keep
@@ -343,11 +346,12 @@ private:
     return std::max(budget_->tokens(seen, half_tokens / static_cast<double>(kv_heads_)), protected_tokens);
   }
 
-  // Brings the key norms of stream `i` up to date after an append: the new token's, and
-  // those of the tokens a flushed residual window re-encoded into the body (held indices
-  // from `unchanged` to the body's end). Bounded by the window and a block, whatever the
-  // context: the norms are kept, not recomputed from every held key at every step.
-  void update_key_norms(std::size_t i, std::size_t unchanged) {
+  // Brings the key norms of stream `i` up to date after appending `appended` tokens: the new
+  // tokens', and those of the tokens a flushed residual window re-encoded into the body
+  // (held indices from `unchanged` to the body's end). Bounded by the appended tokens, the
+  // window and a block, whatever the context: the norms are kept, not recomputed from every
+  // held key at every step.
+  void update_key_norms(std::size_t i, std::size_t unchanged, std::size_t appended) {
     const kv_stream& k = keys_[i];
     std::vector<double>& norms = key_norms_[i];
     const std::size_t n = k.evictable_tokens(), body_end = k.sink_tokens() + k.body_tokens();
@@ -360,7 +364,7 @@ private:
       norms[t] = std::sqrt(squares);
     };
     for (std::size_t t = unchanged; t < body_end; ++t) refresh(t);
-    refresh(n - 1);
+    for (std::size_t t = std::max(body_end, n - std::min(appended, n)); t < n; ++t) refresh(t);
   }
 
   group_shape group_shape_of(const any_stream& s, const std::string& which) const {

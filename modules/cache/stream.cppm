@@ -45,13 +45,15 @@ struct demotion {
 // advances a start offset, compacted once the dead prefix outgrows the live rows: a sliding
 // window then costs O(1) per token instead of moving every row it holds.
 struct half_rows {
-  std::vector<std::uint16_t> values; // [start, size) are live
+  // [start, size) are live. The allocator leaves what resize() adds unzeroed: every row
+  // pushed is written by its conversion.
+  std::vector<std::uint16_t, line_aligned_allocator<std::uint16_t>> values;
   std::size_t start = 0;
 
   std::size_t size() const noexcept { return values.size() - start; } // live values
   const std::uint16_t* data() const noexcept { return values.data() + start; }
   std::uint16_t operator[](std::size_t i) const noexcept { return values[start + i]; }
-  // The dropped rows stay in memory until the next push (push_half compacts), so the
+  // The dropped rows stay in memory until the next push (push_half_rows compacts), so the
   // append that dropped them can still be taken back.
   void drop_front(std::size_t n) { start += n; }
   void restore_front(std::size_t n) { start -= n; }
@@ -122,25 +124,21 @@ public:
     // Room for its position first: once a tier holds the token, nothing may fail.
     if (positions_.size() == positions_.capacity()) positions_.reserve(2 * positions_.size() + 16);
     last_append_ = {};
+    std::optional<row_error> refusal;
     if (seen_ < tiers_.sinks) {
-      push_half(sinks_, token, kernels);
+      if (push_half_rows(sinks_, token, 1, kernels, refusal) == 0) throw error(refusal->what());
       last_append_.tier = newest_tier::sinks;
     } else if (tiers_.residual == 0 && body_.block_tokens() == 1) {
       append_body(token, kernels);
       last_append_.tier = newest_tier::body;
     } else {
-      push_half(window_, token, kernels);
-      last_append_.tier = newest_tier::window;
-      const std::size_t block = body_.block_tokens();
+      const std::size_t before = window_tokens();
+      if (push_half_rows(window_, token, 1, kernels, refusal) == 0) throw error(refusal->what());
+      last_append_ = {.tier = newest_tier::window, .tokens = 1, .window_before = before};
       try {
-        while (window_tokens() >= tiers_.residual + block) {
-          kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
-          append_body(block_, kernels);
-          window_.drop_front(block * head_dim_);
-          ++last_append_.blocks_flushed;
-        }
+        flush_window(kernels);
       } catch (...) { // a refused block, or storage out of memory
-        take_back_window_token();
+        take_back_window_tokens(1);
         throw;
       }
     }
@@ -148,42 +146,29 @@ public:
     last_append_.tokens = 1;
   }
 
-  // Whether append_tokens() encodes straight into the body, a run of records per kernel
-  // call: no sink is still to come, and tokens go to the body as they arrive (per-token
-  // groups, no residual window).
-  bool appends_in_runs() const noexcept {
-    return seen_ >= tiers_.sinks && tiers_.residual == 0 && body_.block_tokens() == 1;
-  }
+  // Whether append_tokens() takes tokens: once no sink is still to come (sinks arrive one
+  // at a time).
+  bool appends_in_runs() const noexcept { return seen_ >= tiers_.sinks; }
 
   // `count` tokens (count x head_dim rows), as `count` appends would leave the stream, when
-  // appends_in_runs(). A token that cannot be encoded throws a row_error naming it; the
-  // tokens before it stay appended.
+  // appends_in_runs(). Where tokens go straight to the body (per-token groups, no residual
+  // window) they are encoded as one run; otherwise they enter the window in one fp16
+  // conversion and the blocks that leave it are encoded as one run (per-token bodies) or a
+  // kernel call per block. A token that cannot be appended throws a row_error naming it;
+  // the tokens before it stay appended.
   void append_tokens(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
     if (!appends_in_runs())
-      throw error(
-          "append_tokens: this stream's tokens pass through its sink or residual tiers; append them one by one");
+      throw error("append_tokens: " + std::to_string(tiers_.sinks - seen_) +
+                  " sink tokens are still to come; append them one by one");
     if (rows.size() != count * head_dim_)
       throw error("append_tokens: " + std::to_string(count) + " tokens are " + std::to_string(count * head_dim_) +
                   " values, got " + std::to_string(rows.size()));
-    const std::size_t newest = evictable_tokens(), before = body_tokens();
-    last_append_ = {};
-    // Room for the positions first (growing geometrically): once the body holds the tokens,
+    // Room for the positions first (growing geometrically): once a tier holds the tokens,
     // nothing may fail.
     if (positions_.capacity() < positions_.size() + count)
       positions_.reserve(std::max(2 * positions_.capacity(), positions_.size() + count));
-    const auto count_held = [&] {
-      const std::size_t held = body_tokens() - before;
-      positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(newest), held, 0);
-      for (std::size_t t = 0; t < held; ++t) positions_[newest + t] = seen_++;
-      last_append_ = {.tier = newest_tier::body, .tokens = held};
-    };
-    try {
-      append_body_tokens(rows, count, kernels);
-    } catch (...) {
-      count_held();
-      throw;
-    }
-    count_held();
+    if (tiers_.residual == 0 && body_.block_tokens() == 1) return append_body_run(rows, count, kernels);
+    append_window_run(rows, count, kernels);
   }
 
   // Takes back the `count` newest tokens of the last append or append_tokens() call, which
@@ -199,7 +184,7 @@ public:
     seen_ -= count;
     if (last_append_.tier == newest_tier::sinks) sinks_.values.resize(sinks_.values.size() - head_dim_);
     if (last_append_.tier == newest_tier::body) body_.pop_back_tokens(count);
-    if (last_append_.tier == newest_tier::window) take_back_window_token();
+    if (last_append_.tier == newest_tier::window) take_back_window_tokens(count);
     last_append_ = {};
   }
 
@@ -304,16 +289,115 @@ private:
   struct last_append {
     newest_tier tier = newest_tier::none;
     std::size_t blocks_flushed = 0;
-    std::size_t tokens = 0; // appended by the call
+    std::size_t tokens = 0;        // appended by the call
+    std::size_t window_before = 0; // window tokens before the call (window tier)
   };
 
-  // The newest window token out, and the blocks its append moved to the body back in.
-  void take_back_window_token() {
-    for (; last_append_.blocks_flushed > 0; --last_append_.blocks_flushed) {
-      body_.pop_back_block();
-      window_.restore_front(body_.block_tokens() * head_dim_);
+  // The call's token whose arrival, appended one by one, moves the call's block `block` from
+  // the window to the body: the one that makes the window hold that block and R + G - 1
+  // tokens after it.
+  std::size_t flushed_by(std::size_t block) const noexcept {
+    const std::size_t g = body_.block_tokens();
+    return block * g + tiers_.residual + g - 1 - last_append_.window_before;
+  }
+
+  // The `count` newest tokens of the last call out of the window, and the blocks their
+  // arrivals moved to the body back in; blocks moved by the tokens that stay, stay.
+  void take_back_window_tokens(std::size_t count) {
+    const std::size_t kept = last_append_.tokens - count, block = body_.block_tokens();
+    std::size_t undone = 0;
+    while (undone < last_append_.blocks_flushed && flushed_by(last_append_.blocks_flushed - undone - 1) >= kept)
+      ++undone;
+    if (block == 1 && undone > 0) body_.pop_back_tokens(undone); // the flush was one run
+    for (std::size_t b = 0; block > 1 && b < undone; ++b) body_.pop_back_block();
+    last_append_.blocks_flushed -= undone;
+    window_.restore_front(undone * block * head_dim_);
+    window_.values.resize(window_.values.size() - count * head_dim_);
+    last_append_.tokens = kept;
+  }
+
+  // Moves every block that has left the last R positions from the window to the body,
+  // encoded from its fp16 rows: a per-token body's tokens as one run, a per-channel body's
+  // blocks one kernel call each. Each block moved is counted in last_append_.blocks_flushed,
+  // also when a later one fails.
+  void flush_window(const kernel_table& kernels) {
+    const std::size_t block = body_.block_tokens();
+    if (window_tokens() < tiers_.residual + block) return;
+    if (block > 1) {
+      while (window_tokens() >= tiers_.residual + block) {
+        kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
+        append_body(block_, kernels);
+        window_.drop_front(block * head_dim_);
+        ++last_append_.blocks_flushed;
+      }
+      return;
     }
-    window_.values.resize(window_.values.size() - head_dim_);
+    const std::size_t leaving = window_tokens() - tiers_.residual, before = body_tokens();
+    block_.resize(leaving * head_dim_);
+    kernels.f16_to_floats(window_.data(), leaving * head_dim_, block_.data());
+    const auto count_moved = [&] {
+      const std::size_t moved = body_tokens() - before;
+      window_.drop_front(moved * head_dim_);
+      last_append_.blocks_flushed += moved;
+    };
+    try {
+      append_body_tokens(block_, leaving, kernels);
+    } catch (...) {
+      count_moved();
+      throw;
+    }
+    count_moved();
+  }
+
+  // Positions for the `held` tokens a call appended, from held index `newest` on.
+  void record_positions(std::size_t newest, std::size_t held) {
+    positions_.insert(positions_.begin() + static_cast<std::ptrdiff_t>(newest), held, 0);
+    for (std::size_t t = 0; t < held; ++t) positions_[newest + t] = seen_++;
+  }
+
+  // append_tokens() straight into the body: one run of records.
+  void append_body_run(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
+    const std::size_t newest = evictable_tokens(), before = body_tokens();
+    last_append_ = {};
+    const auto count_held = [&] {
+      const std::size_t held = body_tokens() - before;
+      record_positions(newest, held);
+      last_append_ = {.tier = newest_tier::body, .tokens = held};
+    };
+    try {
+      append_body_tokens(rows, count, kernels);
+    } catch (...) {
+      count_held();
+      throw;
+    }
+    count_held();
+  }
+
+  // append_tokens() through the window: the rows in one fp16 conversion, then the blocks
+  // that leave it. A block the body refuses (or storage out of memory) stops the call at
+  // the token whose arrival moved it, as appending one by one would.
+  void append_window_run(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
+    const std::size_t newest = evictable_tokens();
+    last_append_ = {.tier = newest_tier::window, .window_before = window_tokens()};
+    std::optional<row_error> refusal;
+    last_append_.tokens = push_half_rows(window_, rows, count, kernels, refusal);
+    const auto keep_before = [&](std::size_t token) { // the call's tokens from `token` on out
+      window_.values.resize(window_.values.size() - (last_append_.tokens - token) * head_dim_);
+      last_append_.tokens = token;
+    };
+    try {
+      flush_window(kernels);
+    } catch (const error& e) {
+      const std::size_t by = flushed_by(last_append_.blocks_flushed);
+      keep_before(by);
+      refusal.emplace(by, e.what());
+    } catch (...) {
+      keep_before(flushed_by(last_append_.blocks_flushed));
+      record_positions(newest, last_append_.tokens);
+      throw;
+    }
+    record_positions(newest, last_append_.tokens);
+    if (refusal) throw *refusal;
   }
 
   void append_body(std::span<const float> rows, const kernel_table& kernels) {
@@ -378,24 +462,30 @@ private:
     rows.resize(kept * head_dim_);
     rows.shrink_to_fit();
   }
-  // fp16 holds magnitudes up to 65504; a larger value would be stored as infinity.
-  static void push_half(half_rows& rows, std::span<const float> token, const kernel_table& kernels) {
+  // `count` rows pushed in one conversion. fp16 holds magnitudes up to 65504; a larger value
+  // would be stored as infinity. Returns how many rows it keeps: all, or those before the
+  // first row holding a value fp16 cannot hold, which `refusal` names.
+  static std::size_t push_half_rows(half_rows& rows, std::span<const float> values, std::size_t count,
+                                    const kernel_table& kernels, std::optional<row_error>& refusal) {
+    if (count == 0) return 0;
     if (rows.start >= rows.size()) rows.compact(); // the dead prefix outgrew the live rows
     const std::size_t end = rows.values.size();
-    rows.values.resize(end + token.size());
+    rows.values.resize(end + values.size());
     std::uint16_t* halves = rows.values.data() + end;
-    kernels.floats_to_f16(token.data(), token.size(), halves);
+    kernels.floats_to_f16(values.data(), values.size(), halves);
     // An fp16 infinity or NaN by its exponent bits, in a loop the compiler vectorizes; the
-    // channel is looked for only then (a branch per value was a sixth of a KIVI-2 append).
+    // value is looked for only then (a branch per value was a sixth of a KIVI-2 append).
     unsigned specials = 0;
-    for (std::size_t c = 0; c < token.size(); ++c) specials |= (halves[c] & 0x7c00u) == 0x7c00u ? 1u : 0u;
-    if (specials == 0) return;
-    for (std::size_t c = 0; c < token.size(); ++c)
-      if ((halves[c] & 0x7c00u) == 0x7c00u) {
-        rows.values.resize(end);
-        throw error("value " + format_number(token[c]) + " at channel " + std::to_string(c) +
-                    " is beyond the fp16 range (65504) of the sink and residual tiers; scale the data down");
-      }
+    for (std::size_t i = 0; i < values.size(); ++i) specials |= (halves[i] & 0x7c00u) == 0x7c00u ? 1u : 0u;
+    if (specials == 0) return count;
+    const std::size_t head_dim = values.size() / count;
+    std::size_t i = 0;
+    while ((halves[i] & 0x7c00u) != 0x7c00u) ++i;
+    const std::size_t row = i / head_dim;
+    rows.values.resize(end + row * head_dim);
+    refusal.emplace(row, "value " + format_number(values[i]) + " at channel " + std::to_string(i % head_dim) +
+                             " is beyond the fp16 range (65504) of the sink and residual tiers; scale the data down");
+    return row;
   }
   void read_half(const half_rows& rows, std::size_t token, std::span<float> out) const {
     for (std::size_t c = 0; c < head_dim_; ++c) out[c] = half_bits_to_float(rows[token * head_dim_ + c]);
@@ -426,7 +516,7 @@ private:
   last_append last_append_;            // what take_back_newest() undoes
   std::vector<std::size_t> positions_; // of every held token, in held order
   mutable std::vector<float> rotated_; // scratch: rotated queries, body value sums, or rows being appended
-  std::vector<float> block_;           // scratch: one block leaving the window
+  std::vector<float> block_;           // scratch: the rows leaving the window
 };
 
 } // namespace kvlab
