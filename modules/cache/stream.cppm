@@ -332,21 +332,13 @@ private:
       }
       return;
     }
-    const std::size_t leaving = window_tokens() - tiers_.residual, before = body_tokens();
+    const std::size_t leaving = window_tokens() - tiers_.residual;
     block_.resize(leaving * head_dim_);
     kernels.f16_to_floats(window_.data(), leaving * head_dim_, block_.data());
-    const auto count_moved = [&] {
-      const std::size_t moved = body_tokens() - before;
+    append_body_tokens_reporting(block_, leaving, kernels, [&](std::size_t moved) {
       window_.drop_front(moved * head_dim_);
       last_append_.blocks_flushed += moved;
-    };
-    try {
-      append_body_tokens(block_, leaving, kernels);
-    } catch (...) {
-      count_moved();
-      throw;
-    }
-    count_moved();
+    });
   }
 
   // Positions for the `held` tokens a call appended, from held index `newest` on.
@@ -357,20 +349,12 @@ private:
 
   // append_tokens() straight into the body: one run of records.
   void append_body_run(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
-    const std::size_t newest = evictable_tokens(), before = body_tokens();
+    const std::size_t newest = evictable_tokens();
     last_append_ = {};
-    const auto count_held = [&] {
-      const std::size_t held = body_tokens() - before;
+    append_body_tokens_reporting(rows, count, kernels, [&](std::size_t held) {
       record_positions(newest, held);
       last_append_ = {.tier = newest_tier::body, .tokens = held};
-    };
-    try {
-      append_body_tokens(rows, count, kernels);
-    } catch (...) {
-      count_held();
-      throw;
-    }
-    count_held();
+    });
   }
 
   // append_tokens() through the window: the rows in one fp16 conversion, then the blocks
@@ -407,6 +391,20 @@ private:
   void append_body_tokens(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
     if (!quantizer_.rotates()) return body_.append_tokens(rows, count, kernels);
     body_.append_tokens(rotate_rows(rows), count, kernels);
+  }
+  // append_body_tokens(), then `taken` with the number of tokens the body took, also when
+  // it stops partway by throwing (rethrown after): the caller's bookkeeping follows the body.
+  template <class Taken>
+  void append_body_tokens_reporting(std::span<const float> rows, std::size_t count, const kernel_table& kernels,
+                                    Taken taken) {
+    const std::size_t before = body_tokens();
+    try {
+      append_body_tokens(rows, count, kernels);
+    } catch (...) {
+      taken(body_tokens() - before);
+      throw;
+    }
+    taken(body_tokens() - before);
   }
   // The rows in the rotating quantizer's basis, in scratch that keeps its capacity.
   std::span<const float> rotate_rows(std::span<const float> rows) const {
