@@ -542,36 +542,27 @@ BOOST_AUTO_TEST_CASE(channel_blocks_equal_folds_and_dots_block_by_block) {
 BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
   // The cache calls the kernels on runs split at page and block boundaries: every token's
   // score, and the sum over a run, must be the same bit for bit however it is split, for one
-  // query head (the one-head kernels) and for a GQA group of four.
+  // query head (the one-head kernels), a GQA group of four and one of eight (AVX-512 takes
+  // raw rows and fp8 codes eight heads per pass, and raw rows' scores two tokens at a time).
   const auto& components = kvlab::builtin_registry();
   random_bytes random;
   std::vector<kvlab::isa> isas = simd_isas();
   isas.push_back(kvlab::isa::scalar);
-  for (const auto& [quantizer, granularity] : {std::pair{"int4", "group(32)"}, std::pair{"uint2", "group(32)"},
-                                               std::pair{"int8", "group(32)"}, std::pair{"fp8_e4m3", "token"}}) {
-    const std::size_t head_dim = 128, count = 45, max_heads = 4;
+  for (const auto& [quantizer, granularity] :
+       {std::pair{"int4", "group(32)"}, std::pair{"uint2", "group(32)"}, std::pair{"int8", "group(32)"},
+        std::pair{"fp8_e4m3", "token"}, std::pair{"f16", "token"}}) {
+    const std::size_t head_dim = 128, count = 45, max_heads = 8;
     kvlab::quantized_body body(components.make_quantizer(quantizer),
                                components.make_granularity(granularity).group_shape(head_dim), head_dim,
                                kvlab::param_precision::f16, components.make_storage("flat"));
     for (std::size_t t = 0; t < count; ++t) body.append(random.floats(head_dim), kvlab::kernels_for(isas.back()));
     const auto run = body.store().run(0);
     const std::size_t bytes = run.size() / count;
-    const auto& q = body.quantizer();
-    const auto shape = components.make_granularity(granularity).group_shape(head_dim);
-    const kvlab::record_format f{.kind = q.encoding().kind == kvlab::encoding_kind::uniform
-                                             ? kvlab::element_kind::affine_codes
-                                             : kvlab::element_kind::table_codes,
-                                 .record_bytes = bytes,
-                                 .head_dim = head_dim,
-                                 .group_channels = shape.channels,
-                                 .bits = q.bits(),
-                                 .params_per_group = q.params_per_group(),
-                                 .offset = static_cast<float>(q.encoding().offset),
-                                 .levels = q.levels().data()};
+    const auto& f = body.kernel_format();
     const auto queries = random.floats(max_heads * head_dim);
     const auto weights = random.floats(max_heads * count);
     for (const auto isa : isas)
-      for (const std::size_t heads : {std::size_t{1}, max_heads}) {
+      for (const std::size_t heads : {std::size_t{1}, std::size_t{4}, max_heads}) {
         BOOST_TEST_CONTEXT(quantizer << " " << kvlab::isa_name(isa) << " heads " << heads) {
           const auto& kernels = kvlab::kernels_for(isa);
           std::vector<float> whole(heads * count), pieces(heads * count);

@@ -4,6 +4,7 @@
 #pragma once
 #include "../prefetch/policy.hpp"
 #include "../vector/basics.hpp"
+#include <array>
 
 namespace kvlab::kernels::simd {
 
@@ -56,25 +57,39 @@ struct record_runs : vector_basics<Arch> {
   template <std::size_t H, class Token>
   static void reduce_tokens(const std::uint8_t* records, std::size_t record_bytes, std::size_t count, float* scores,
                             std::size_t stride, Token&& token) noexcept {
+    reduce_tokens<H>(records, record_bytes, count, scores, stride, token,
+                     [&](std::size_t t) __attribute__((always_inline)) { return std::array{token(t), token(t + 1)}; });
+  }
+  // As above, full batches going by pairs of neighbouring tokens: `pair(t)` gives the sums
+  // of tokens t and t + 1, each computed exactly as `token` computes it, so a kernel can
+  // share work (loads of the queries) between the two; a short batch goes token by token.
+  template <std::size_t H, class Token, class Pair>
+  static void reduce_tokens(const std::uint8_t* records, std::size_t record_bytes, std::size_t count, float* scores,
+                            std::size_t stride, Token&& token, Pair&& pair) noexcept {
     floats rows[H][width];
     alignas(64) float sums[width];
     for (std::size_t t = 0; t < count; t += width) {
       const std::size_t batch = std::min(width, count - t);
       const prefetch_span ahead = lines_ahead(records + t * record_bytes, batch * record_bytes);
-      const auto row = [&](std::size_t k) __attribute__((always_inline)) {
-        prefetch_part(ahead, k, batch);
-        const auto lanes = token(t + k);
-        for (std::size_t h = 0; h < H; ++h) rows[h][k] = lanes[h];
-      };
       if (batch == width) { // no per-token branch: the compiler interleaves neighbouring tokens
-#pragma clang loop unroll_count(2)
-        for (std::size_t k = 0; k < width; ++k) row(k);
+        for (std::size_t k = 0; k < width; k += 2) {
+          prefetch_part(ahead, k, batch);
+          prefetch_part(ahead, k + 1, batch);
+          const auto both = pair(t + k);
+          for (std::size_t h = 0; h < H; ++h) {
+            rows[h][k] = both[0][h];
+            rows[h][k + 1] = both[1][h];
+          }
+        }
       } else {
         for (std::size_t k = 0; k < width; ++k)
-          if (k < batch)
-            row(k);
-          else
+          if (k < batch) {
+            prefetch_part(ahead, k, batch);
+            const auto lanes = token(t + k);
+            for (std::size_t h = 0; h < H; ++h) rows[h][k] = lanes[h];
+          } else {
             for (std::size_t h = 0; h < H; ++h) rows[h][k] = floats(0.0f);
+          }
       }
       for (std::size_t h = 0; h < H; ++h) {
         const floats total = sum_each(rows[h]);
