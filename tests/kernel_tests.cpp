@@ -798,7 +798,7 @@ BOOST_AUTO_TEST_CASE(fixed_point_values_keep_fp32_accuracy) {
 }
 
 BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
-  // On AVX-512 fp8 codes decode through fp16 instead of a gather from the levels table
+  // On AVX2 and AVX-512 fp8 codes decode through fp16 instead of a gather from the levels table
   // (when the table is bit for bit what that decoder gives): every code, NaN codes
   // included, must still decode to the quantizer's level, and the multi-head dot must
   // match the scalar reference.

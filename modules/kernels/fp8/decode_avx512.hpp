@@ -1,43 +1,25 @@
-// fp8 codes decoded through fp16 (AVX-512). Each of the three formats is fp16 with fewer
-// bits: the code's sign, exponent and mantissa moved into fp16's fields give the value
-// times a power of two (E5M2 is fp16's top byte; E4M3 is fp16 / 2^8 with the exponent
-// field one bit shorter, E4M3FNUZ fp16 / 2^7). So 16 codes decode with a widen, two shifts,
-// a bit select, one fp16 conversion and an exact multiply, instead of a 16-element gather
-// from the levels table. NaN codes become the canonical quiet NaN. A record format's
+// fp8 codes decoded through fp16 (AVX-512; fp8/half_bits.hpp): 16 codes take a widen, two
+// shifts, a bit select, one fp16 conversion and an exact multiply, instead of a 16-element
+// gather from the levels table. NaN codes become the canonical quiet NaN. A record format's
 // levels table takes this path only when it is, bit for bit, what this decoder gives for
 // all 256 codes (fp8_levels, checked once per call), so results equal the table's.
 #pragma once
 #include "../vector/basics.hpp"
+#include "half_bits.hpp"
 
 namespace kvlab::kernels::simd {
 
 struct fp8_decoding : vector_types<xsimd::avx512bw> {
-  static constexpr bool fp8_codes = true;
-
-  // fp16 bits of 16 codes, each in the high byte of a word (the code shifted left by 8):
-  // the code's level over fp8_unit for every code but E4M3's and E4M3FNUZ's NaN codes (which
-  // give some finite value; E5M2's give fp16 NaNs).
+  using bits = fp8_as_half<xsimd::avx512bw>;
+  static constexpr bool fp8_codes = true, fp8_pairs = true;
   template <fp8_layout Layout>
-  static __m256i fp8_half_bits(__m256i high_bytes) noexcept {
-    if constexpr (Layout == fp8_layout::e5m2) {
-      return high_bytes;
-    } else { // sign stays in bit 15, exponent and mantissa move to bits 13..7 (bit 14 cleared)
-      return _mm256_and_si256(_mm256_srai_epi16(high_bytes, 1), _mm256_set1_epi16(static_cast<short>(0xbfff)));
-    }
-  }
-  // fp8_half_bits with every NaN code fp16's quiet NaN 0x7e00 (which converts to the
-  // canonical float NaN): a compare into a vector and a bit select.
+  static constexpr float fp8_unit = bits::unit<Layout>;
+
+  // half_bits with every NaN code fp16's quiet NaN: one bit select.
   template <fp8_layout Layout>
   static __m256i fp8_exact_half_bits(__m256i high_bytes) noexcept {
-    __m256i nan;
-    if constexpr (Layout == fp8_layout::e5m2) // all-ones exponent, mantissa != 0
-      nan = _mm256_cmpgt_epi16(_mm256_and_si256(high_bytes, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00));
-    else if constexpr (Layout == fp8_layout::e4m3fnuz)
-      nan = _mm256_cmpeq_epi16(high_bytes, _mm256_set1_epi16(static_cast<short>(0x8000)));
-    else
-      nan = _mm256_cmpeq_epi16(_mm256_and_si256(high_bytes, _mm256_set1_epi16(0x7f00)), _mm256_set1_epi16(0x7f00));
-    return _mm256_ternarylogic_epi32(nan, _mm256_set1_epi16(0x7e00), fp8_half_bits<Layout>(high_bytes),
-                                     0xca); // nan ? 0x7e00 : half
+    return _mm256_ternarylogic_epi32(bits::nan_words<Layout>(high_bytes), bits::quiet_nan(),
+                                     bits::half_bits<Layout>(high_bytes), 0xca); // nan ? quiet NaN : half
   }
   // Whether any of the code bytes added holds an E4M3 or E4M3FNUZ NaN code, kept in one
   // saturating max or min per 32 codes (NaN codes are rare: the quantizer never writes
@@ -60,11 +42,6 @@ struct fp8_decoding : vector_types<xsimd::avx512bw> {
       return _mm256_movemask_epi8(_mm256_cmpeq_epi8(marks, nan)) != 0;
     }
   };
-  // What the fp16 value of fp8_half_bits is multiplied by to give the level.
-  template <fp8_layout Layout>
-  static constexpr float fp8_unit = Layout == fp8_layout::e5m2       ? 1.0f
-                                    : Layout == fp8_layout::e4m3fnuz ? 0x1p7f
-                                                                     : 0x1p8f;
   // 32 codes as two vectors of their levels over fp8_unit, in the in-lane order of
   // vpunpck{l,h}bw: out[0] holds codes 0-7 and 16-23, out[1] codes 8-15 and 24-31.
   // Unpacking the codes under zero bytes widens them in place, where vpmovzxbw (decode_fp8)
@@ -79,7 +56,7 @@ struct fp8_decoding : vector_types<xsimd::avx512bw> {
     const __m256i high_bytes[2] = {_mm256_unpacklo_epi8(zero, bytes), _mm256_unpackhi_epi8(zero, bytes)};
     for (std::size_t k = 0; k < 2; ++k)
       out[k] =
-          _mm512_cvtph_ps(Exact ? fp8_exact_half_bits<Layout>(high_bytes[k]) : fp8_half_bits<Layout>(high_bytes[k]));
+          _mm512_cvtph_ps(Exact ? fp8_exact_half_bits<Layout>(high_bytes[k]) : bits::half_bits<Layout>(high_bytes[k]));
   }
   // Where channel c lands in a row laid out as decode_fp8_pair's vector pairs, 32 channels
   // per pair.
@@ -96,21 +73,7 @@ struct fp8_decoding : vector_types<xsimd::avx512bw> {
     return _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(fp8_unit<Layout>));
   }
 
-  // The layout whose decoder gives `levels` for all 256 codes, or none.
-  static fp8_layout fp8_levels(const float* levels) noexcept {
-    if (levels == nullptr) return fp8_layout::none;
-    alignas(64) std::uint8_t codes[256];
-    std::iota(codes, codes + 256, std::uint8_t{0});
-    const auto decodes_as = [&]<fp8_layout Layout>() {
-      alignas(64) float decoded[256];
-      for (std::size_t c = 0; c < 256; c += width) decode_fp8<Layout>(codes + c).store_aligned(decoded + c);
-      return std::memcmp(decoded, levels, sizeof decoded) == 0;
-    };
-    if (decodes_as.template operator()<fp8_layout::e4m3>()) return fp8_layout::e4m3;
-    if (decodes_as.template operator()<fp8_layout::e4m3fnuz>()) return fp8_layout::e4m3fnuz;
-    if (decodes_as.template operator()<fp8_layout::e5m2>()) return fp8_layout::e5m2;
-    return fp8_layout::none;
-  }
+  static fp8_layout fp8_levels(const float* levels) noexcept { return bits::layout_of<fp8_decoding>(levels); }
 };
 
 } // namespace kvlab::kernels::simd

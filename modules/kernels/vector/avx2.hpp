@@ -1,17 +1,16 @@
 // What AVX2 (with FMA and F16C) does its own way: 8 lanes, no masks, no 16-entry permute,
-// no fp16 vectors beyond F16C's conversions. Written in intrinsics: xsimd 8.1 has no fp16 or
+// no fp16 vectors beyond F16C's conversions, and the fp8 decoder. Written in intrinsics: xsimd 8.1 has no fp16 or
 // bf16 loads, byte-code widening, register table lookups or transposing sums.
 #pragma once
+#include "../fp8/decode_avx2.hpp"
 #include "basics.hpp"
 
 namespace kvlab::kernels::simd {
 
 template <>
-struct isa_ops<xsimd::fma3<xsimd::avx2>> : vector_types<xsimd::fma3<xsimd::avx2>> {
+struct isa_ops<xsimd::fma3<xsimd::avx2>> : fp8_decoding_avx2 {
   // vpermps reads 3 bits of each lane: a table of 16 levels takes two permutes and a blend.
   static constexpr bool permute_reads_4_bits = false;
-  // No fp8 decoder (decode_fp8, fp8_levels): 8-bit table codes gather from their table.
-  static constexpr bool fp8_codes = false;
   // No conversion of KIVI's interleaved parameters (kivi_params): they take the generic fold.
   static constexpr bool kivi_parameter_pairs = false;
 
