@@ -278,6 +278,10 @@ struct kernel_table {
   // Softmax in place over scores[0, n), n >= 1: scores[i] = exp(scores[i] - max) / sum.
   // Returns the log-sum-exp, max + log(sum).
   float (*softmax)(float* scores, std::size_t n);
+  // Whether the record kernels decode 8-bit table codes with these levels from the codes'
+  // bits (an fp8 layout the ISA's decoder reproduces for all 256 codes) rather than by
+  // looking each code up in the table.
+  bool (*decodes_fp8_levels)(const float* levels);
 };
 
 const kernel_table& scalar_kernels() noexcept;

@@ -38,7 +38,8 @@ const kernel_table& scalar_kernels() noexcept {
       .walsh_hadamard = scalar::walsh_hadamard,
       .f16_to_floats = scalar::f16_to_floats,
       .encode_raw = scalar::encode_raw,
-      .softmax = scalar::softmax};
+      .softmax = scalar::softmax,
+      .decodes_fp8_levels = [](const float*) { return false; }};
   return table;
 }
 

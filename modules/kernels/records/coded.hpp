@@ -1,7 +1,8 @@
 // Runs of coded records (2-, 4- and 8-bit affine or table codes, parameters per group) for
 // the heads of a GQA group, in channel lanes: every ISA's kernels for the formats that
 // vector_records accepts. fp8 table codes decode by bit moves (fp8/half_bits.hpp); on
-// AVX-512 those in pairs of 32 go to fp8/pairs_avx512.hpp first. The scalar reference is reference.hpp here.
+// AVX-512 those in pairs of 32 go to fp8/pairs_avx512.hpp first. The scalar reference is
+// reference.hpp here.
 #pragma once
 #include "reference.hpp"
 #include "runs.hpp"

@@ -158,12 +158,6 @@ struct row_kernels : record_runs<Arch> {
           acc[h * n + i] += weights[h * stride + t] * scalar_load(records + t * f.record_bytes, i);
   }
 
-  // Coded records of 8-, 4- or 2-bit codes. A block is `width` code bytes; lane k of its
-  // j-th vector holds element per_byte * k + j of the block (code j of byte k). The kernels
-  // work in that "split order", so one byte load feeds per_byte vectors; queries and
-  // accumulators are reordered once per call. Values are scale * level + constant per
-  // group (constant = zero, minus scale * offset for affine codes), both folded into one
-
   static bool serves(const record_format& f) noexcept {
     return f.kind == element_kind::f32 || f.kind == element_kind::f16 || f.kind == element_kind::bf16;
   }

@@ -1,6 +1,7 @@
 // What AVX2 (with FMA and F16C) does its own way: 8 lanes, no masks, no 16-entry permute,
-// no fp16 vectors beyond F16C's conversions, and the fp8 decoder. Written in intrinsics: xsimd 8.1 has no fp16 or
-// bf16 loads, byte-code widening, register table lookups or transposing sums.
+// no fp16 vectors beyond F16C's conversions, and the fp8 decoder. Written in intrinsics:
+// xsimd 8.1 has no fp16 or bf16 loads, byte-code widening, register table lookups or
+// transposing sums.
 #pragma once
 #include "../fp8/decode_avx2.hpp"
 #include "basics.hpp"
