@@ -542,8 +542,10 @@ BOOST_AUTO_TEST_CASE(channel_blocks_equal_folds_and_dots_block_by_block) {
 BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
   // The cache calls the kernels on runs split at page and block boundaries: every token's
   // score, and the sum over a run, must be the same bit for bit however it is split, for one
-  // query head (the one-head kernels), a GQA group of four and one of eight (AVX-512 takes
-  // raw rows and fp8 codes eight heads per pass, and raw rows' scores two tokens at a time).
+  // query head (the one-head kernels), GQA groups of two, three, four and eight (AVX-512
+  // takes raw rows and fp8 codes eight heads per pass, and raw rows' scores two tokens at a
+  // time; AVX2 takes raw rows' and 4- and 8-bit codes' scores two tokens at a time from two
+  // heads).
   const auto& components = kvlab::builtin_registry();
   random_bytes random;
   std::vector<kvlab::isa> isas = simd_isas();
@@ -562,7 +564,7 @@ BOOST_AUTO_TEST_CASE(record_runs_do_not_depend_on_how_a_run_is_split) {
     const auto queries = random.floats(max_heads * head_dim);
     const auto weights = random.floats(max_heads * count);
     for (const auto isa : isas)
-      for (const std::size_t heads : {std::size_t{1}, std::size_t{4}, max_heads}) {
+      for (const std::size_t heads : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}, max_heads}) {
         BOOST_TEST_CONTEXT(quantizer << " " << kvlab::isa_name(isa) << " heads " << heads) {
           const auto& kernels = kvlab::kernels_for(isa);
           std::vector<float> whole(heads * count), pieces(heads * count);

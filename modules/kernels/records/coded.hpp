@@ -267,6 +267,34 @@ struct coded_kernels : record_runs<Arch> {
     using values = coded_values<Affine, Bits>;
     const std::size_t n = decode.f.head_dim, blocks = Blocks ? Blocks : n / values::block;
     const std::size_t record_bytes = decode.f.record_bytes;
+    if constexpr (width < 16 && H >= 2 && Bits >= 4) {
+      // AVX2: the sums of T neighbouring tokens from t (T = 1 or 2), one multiply-add chain
+      // per head and token, each query vector loaded once for the T tokens (the queries
+      // outnumber 16 registers, so every multiply-add would otherwise load its own). Two
+      // tokens' 2-bit codes are 8 vectors, which with 8 chains leave no register free.
+      const auto tokens_from = [&]<std::size_t T>(std::size_t t) __attribute__((always_inline)) {
+        typename values::terms terms[T];
+        if constexpr (Shape != param_shape::none)
+          for (std::size_t k = 0; k < T; ++k) decode.read(records + (t + k) * record_bytes, terms[k]);
+        std::array<head_sums<H>, T> sums;
+        for (auto& token : sums) std::fill_n(token.lanes, H, floats(0.0f));
+        for (std::size_t b = 0; b < blocks; ++b) {
+          floats v[T][values::per_byte];
+          for (std::size_t k = 0; k < T; ++k)
+            decode.template values<Shape, Fp8>(records + (t + k) * record_bytes, b, terms[k], v[k]);
+          for (std::size_t j = 0; j < values::per_byte; ++j)
+            for (std::size_t h = 0; h < H; ++h) {
+              const floats query = floats::load_unaligned(queries + h * n + b * values::block + j * width);
+              for (std::size_t k = 0; k < T; ++k) sums[k].lanes[h] = fmadd(query, v[k][j], sums[k].lanes[h]);
+            }
+        }
+        return sums;
+      };
+      return base::template reduce_tokens<H>(
+          records, record_bytes, count, scores, stride,
+          [&](std::size_t t) __attribute__((always_inline)) { return tokens_from.template operator()<1>(t)[0]; },
+          [&](std::size_t t) __attribute__((always_inline)) { return tokens_from.template operator()<2>(t); });
+    }
     base::template reduce_tokens<H>(
         records, record_bytes, count, scores, stride, [&](std::size_t t) __attribute__((always_inline)) {
           const std::uint8_t* record = records + t * record_bytes;

@@ -50,12 +50,13 @@ struct row_kernels : record_runs<Arch> {
         return dot_rows<load, element_bytes, scalar_load, H, 128>(f, queries, records, count, scores, stride);
     const std::size_t n = N ? N : f.head_dim, vector_end = n - n % width;
     const std::size_t record_bytes = f.record_bytes;
-    if constexpr (H > 4) {
+    if constexpr (H > 4 || (width < 16 && H >= 2)) {
       // The sums of T neighbouring tokens from t (T = 1 or 2), one multiply-add chain per
       // head and token, each query vector loaded once for the T tokens: 8 heads' two tokens
       // are 16 chains in registers, and the queries (more than the registers hold) are read
       // once per pair (f16 at GQA 8, 32k context: a median 39.1 against 41.4 ns per token
-      // with two chains per head and one token at a time, docs/performance.md).
+      // with two chains per head and one token at a time, docs/performance.md). On AVX2 the
+      // same from 2 heads: 4 heads' queries are 16 vectors, all of AVX2's registers.
       const auto tokens_from = [=]<std::size_t T>(std::size_t t) __attribute__((always_inline)) {
         std::array<head_sums<H>, T> sums;
         for (auto& token : sums) std::fill_n(token.lanes, H, floats(0.0f));
