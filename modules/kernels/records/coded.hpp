@@ -427,7 +427,9 @@ struct coded_kernels : record_runs<Arch> {
     // Blocks per pass: at least 8 independent multiply-add chains (fewer wait on latency).
     constexpr std::size_t per_pass = std::max<std::size_t>(1, 8 / (H * per_byte));
     const std::size_t n = decode.f.head_dim, blocks = Blocks ? Blocks : n / values::block;
-    const std::size_t record_bytes = decode.f.record_bytes, passes = std::max<std::size_t>(1, blocks / per_pass);
+    const std::size_t record_bytes = decode.f.record_bytes;
+    // passes of per_pass blocks, then one per block left
+    const std::size_t full_passes = blocks / per_pass, passes = full_passes + blocks % per_pass;
     typename values::terms terms[chunk];
     for (std::size_t first = 0; first < count; first += chunk) {
       const std::size_t tokens = std::min(chunk, count - first);
@@ -435,14 +437,14 @@ struct coded_kernels : record_runs<Arch> {
       const prefetch_span ahead = lines_ahead(chunk_records, tokens * record_bytes);
       if constexpr (Shape != param_shape::none)
         for (std::size_t t = 0; t < tokens; ++t) decode.read(chunk_records + t * record_bytes, terms[t]);
-      const auto pass = [&]<std::size_t P>(std::size_t b) __attribute__((always_inline)) {
+      const auto pass = [&]<std::size_t P>(std::size_t b, std::size_t pass_index) __attribute__((always_inline)) {
         floats sums[H][P][per_byte];
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t p = 0; p < P; ++p)
             for (std::size_t j = 0; j < per_byte; ++j)
               sums[h][p][j] = floats::load_unaligned(acc + h * n + (b + p) * values::block + j * width);
         for (std::size_t t = 0; t < tokens; ++t) {
-          prefetch_part(ahead, b / per_pass * tokens + t, passes * tokens); // as axpy_rows
+          prefetch_part(ahead, pass_index * tokens + t, passes * tokens); // as axpy_rows
           floats v[P][per_byte];
           for (std::size_t p = 0; p < P; ++p)
             decode.template values<Shape, Fp8>(chunk_records + t * record_bytes, b + p, terms[t], v[p]);
@@ -457,9 +459,9 @@ struct coded_kernels : record_runs<Arch> {
             for (std::size_t j = 0; j < per_byte; ++j)
               sums[h][p][j].store_unaligned(acc + h * n + (b + p) * values::block + j * width);
       };
-      std::size_t b = 0;
-      for (; b + per_pass <= blocks; b += per_pass) pass.template operator()<per_pass>(b);
-      for (; b < blocks; ++b) pass.template operator()<1>(b);
+      std::size_t b = 0, pass_index = 0;
+      for (; b + per_pass <= blocks; b += per_pass) pass.template operator()<per_pass>(b, pass_index++);
+      for (; b < blocks; ++b) pass.template operator()<1>(b, pass_index++);
     }
   }
 

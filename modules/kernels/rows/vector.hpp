@@ -56,7 +56,7 @@ struct row_kernels : record_runs<Arch> {
       // are 16 chains in registers, and the queries (more than the registers hold) are read
       // once per pair (f16 at GQA 8, 32k context: a median 39.1 against 41.4 ns per token
       // with two chains per head and one token at a time, docs/performance.md). On AVX2 the
-      // same from 2 heads: 4 heads' queries are 16 vectors, all of AVX2's registers.
+      // same from 2 heads: 4 heads' queries are 64 vectors against AVX2's 16 registers.
       const auto tokens_from = [=]<std::size_t T>(std::size_t t) __attribute__((always_inline)) {
         std::array<head_sums<H>, T> sums;
         for (auto& token : sums) std::fill_n(token.lanes, H, floats(0.0f));
@@ -132,16 +132,18 @@ struct row_kernels : record_runs<Arch> {
       // 32k context: a median 44.9 against 47.3 ns per token with one vector per pass). A
       // last odd vector takes a pass of its own.
       constexpr std::size_t per_pass = std::max<std::size_t>(2, 8 / H);
-      const std::size_t passes = std::max<std::size_t>(1, vector_end / (per_pass * width));
-      const auto pass = [&]<std::size_t V>(std::size_t i) __attribute__((always_inline)) {
+      // passes of per_pass vectors, then one per vector left
+      const std::size_t full_passes = vector_end / (per_pass * width);
+      const std::size_t passes = full_passes + (vector_end - full_passes * per_pass * width) / width;
+      const auto pass = [&]<std::size_t V>(std::size_t i, std::size_t pass_index) __attribute__((always_inline)) {
         floats sums[H][V];
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t v = 0; v < V; ++v) sums[h][v] = floats::load_unaligned(acc + h * n + i + v * width);
         for (std::size_t t = 0; t < tokens; ++t) {
-          // The chunk's lines ahead, a request per token in each pass until all are asked:
-          // all of them in the first pass stalled the loop on full fill buffers (AMD Zen 3,
-          // f16 at GQA 4 from DRAM: 45.6 against 58.9 ns per token, docs/performance.md).
-          prefetch_part(ahead, i / (per_pass * width) * tokens + t, passes * tokens);
+          // The chunk's lines ahead, spread over its passes, each line asked for once (one
+          // burst per chunk stalls the loop on full fill buffers: on AMD Zen 3, f16 at GQA 4
+          // from DRAM took 58.9 ns per token that way against 45.6, docs/performance.md).
+          prefetch_part(ahead, pass_index * tokens + t, passes * tokens);
           const std::uint8_t* row = rows + t * f.record_bytes + i * element_bytes;
           floats values[V];
           for (std::size_t v = 0; v < V; ++v) values[v] = load(row + v * width * element_bytes);
@@ -153,9 +155,10 @@ struct row_kernels : record_runs<Arch> {
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t v = 0; v < V; ++v) sums[h][v].store_unaligned(acc + h * n + i + v * width);
       };
-      std::size_t i = 0;
-      for (; i + per_pass * width <= vector_end; i += per_pass * width) pass.template operator()<per_pass>(i);
-      for (; i < vector_end; i += width) pass.template operator()<1>(i);
+      std::size_t i = 0, pass_index = 0;
+      for (; i + per_pass * width <= vector_end; i += per_pass * width)
+        pass.template operator()<per_pass>(i, pass_index++);
+      for (; i < vector_end; i += width) pass.template operator()<1>(i, pass_index++);
     }
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t t = 0; t < count; ++t)
