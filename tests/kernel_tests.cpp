@@ -854,6 +854,21 @@ BOOST_AUTO_TEST_CASE(fp8_records_decode_to_the_quantizers_levels_on_every_isa) {
         altered[0x21] = std::nextafter(altered[0x21], 1.0f);
         BOOST_TEST(!kernels.decodes_fp8_levels(altered.data()));
         BOOST_TEST(!scalar.decodes_fp8_levels(levels.data()));
+        {
+          // ...and decodes through that table: the altered level comes out (scale 1, exact).
+          kvlab::record_format table = f;
+          table.levels = altered.data();
+          std::vector<std::uint8_t> record(f.record_bytes, 0x21);
+          const std::uint16_t one_bits = kvlab::float_to_half_bits(1.0f);
+          for (std::size_t g = 0; g < f.groups(); ++g) std::memcpy(record.data() + head_dim + 2 * g, &one_bits, 2);
+          std::vector<float> decoded(head_dim, 0.0f);
+          const float one = 1.0f;
+          kernels.axpy_records(table, &one, 1, 1, record.data(), 1, decoded.data());
+          BOOST_TEST(altered[0x21] != levels[0x21]);
+          for (std::size_t i = 0; i < head_dim; ++i) BOOST_TEST_CONTEXT("channel " << i) {
+              BOOST_TEST(decoded[i] == altered[0x21]);
+            }
+        }
         for (std::size_t t = 0; t < every_code; ++t) {
           std::vector<float> decoded(head_dim, 0.0f);
           const float one = 1.0f;

@@ -428,8 +428,7 @@ struct coded_kernels : record_runs<Arch> {
     constexpr std::size_t per_pass = std::max<std::size_t>(1, 8 / (H * per_byte));
     const std::size_t n = decode.f.head_dim, blocks = Blocks ? Blocks : n / values::block;
     const std::size_t record_bytes = decode.f.record_bytes;
-    // passes of per_pass blocks, then one per block left
-    const std::size_t full_passes = blocks / per_pass, passes = full_passes + blocks % per_pass;
+    const chunk_passes passes(blocks, per_pass);
     typename values::terms terms[chunk];
     for (std::size_t first = 0; first < count; first += chunk) {
       const std::size_t tokens = std::min(chunk, count - first);
@@ -444,7 +443,7 @@ struct coded_kernels : record_runs<Arch> {
             for (std::size_t j = 0; j < per_byte; ++j)
               sums[h][p][j] = floats::load_unaligned(acc + h * n + (b + p) * values::block + j * width);
         for (std::size_t t = 0; t < tokens; ++t) {
-          prefetch_part(ahead, pass_index * tokens + t, passes * tokens); // as axpy_rows
+          passes.prefetch(ahead, pass_index, t, tokens);
           floats v[P][per_byte];
           for (std::size_t p = 0; p < P; ++p)
             decode.template values<Shape, Fp8>(chunk_records + t * record_bytes, b + p, terms[t], v[p]);

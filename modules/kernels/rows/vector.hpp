@@ -132,18 +132,13 @@ struct row_kernels : record_runs<Arch> {
       // 32k context: a median 44.9 against 47.3 ns per token with one vector per pass). A
       // last odd vector takes a pass of its own.
       constexpr std::size_t per_pass = std::max<std::size_t>(2, 8 / H);
-      // passes of per_pass vectors, then one per vector left
-      const std::size_t full_passes = vector_end / (per_pass * width);
-      const std::size_t passes = full_passes + (vector_end - full_passes * per_pass * width) / width;
+      const chunk_passes passes(vector_end / width, per_pass);
       const auto pass = [&]<std::size_t V>(std::size_t i, std::size_t pass_index) __attribute__((always_inline)) {
         floats sums[H][V];
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t v = 0; v < V; ++v) sums[h][v] = floats::load_unaligned(acc + h * n + i + v * width);
         for (std::size_t t = 0; t < tokens; ++t) {
-          // The chunk's lines ahead, spread over its passes, each line asked for once (one
-          // burst per chunk stalls the loop on full fill buffers: on AMD Zen 3, f16 at GQA 4
-          // from DRAM took 58.9 ns per token that way against 45.6, docs/performance.md).
-          prefetch_part(ahead, pass_index * tokens + t, passes * tokens);
+          passes.prefetch(ahead, pass_index, t, tokens);
           const std::uint8_t* row = rows + t * f.record_bytes + i * element_bytes;
           floats values[V];
           for (std::size_t v = 0; v < V; ++v) values[v] = load(row + v * width * element_bytes);
