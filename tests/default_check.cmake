@@ -22,7 +22,7 @@ endforeach()
 
 string(MAKE_C_IDENTIFIER "k=uint2@channel(32),v=uint2@group(32),residual=128" channel)
 string(MAKE_C_IDENTIFIER "k=uint2@group(32),v=uint2@group(32),residual=128" token)
-string(MAKE_C_IDENTIFIER "k=int4@group(32),v=int4@group(32)" q4_0)
+string(MAKE_C_IDENTIFIER "k=q4_0@group(32),v=q4_0@group(32)" q4_0)
 foreach(key ${channel} ${token} ${q4_0})
   if(NOT DEFINED error_${key})
     message(FATAL_ERROR "the default experiment has no cell ${key}:\n${out}")

@@ -98,6 +98,9 @@ concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> &&
 
 // Optional parts of a Quantizer.
 //   encoding()          an encoding_rule, so kernels encode whole groups (else encode() per element)
+//   encode_group(values, stored, codes) the codes of a whole group where they depend on more
+//                       than its stored parameters (ggml's formats choose codes against the
+//                       scale before fp16 rounding); encode() then serves single values
 //   rotate(v)/unrotate(v) an orthogonal transform of each token vector applied before fitting
 //                       (adaptors such as rht); attention then rotates the query instead of
 //                       decoding keys, and un-rotates the value sum once
@@ -105,6 +108,9 @@ template <class Q>
 concept has_encoding_rule = requires(const Q q) {
   { q.encoding() } -> std::same_as<encoding_rule>;
 };
+template <class Q>
+concept encodes_groups = requires(const Q q, std::span<const float> values, group_params p,
+                                  std::span<std::uint32_t> codes) { q.encode_group(values, p, codes); };
 template <class Q>
 concept rotates_tokens = requires(const Q q, std::span<float> v) {
   q.rotate(v);

@@ -31,11 +31,11 @@ public:
   void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const {
     self_->encode(values, params, codes);
   }
-  std::uint32_t encode(float value, group_params params) const {
-    std::uint32_t code;
-    self_->encode(std::span(&value, 1), params, std::span(&code, 1));
-    return code;
-  }
+  // The code of one value under stored parameters (for a group, encode the group: some
+  // quantizers choose a group's codes against more than its stored parameters).
+  std::uint32_t encode(float value, group_params params) const { return self_->encode_one(value, params); }
+  // Whether a group's codes depend on more than its stored parameters (encodes_groups).
+  bool encodes_groups() const { return self_->encodes_groups(); }
   // values[i] = decode(codes[i], params) for every i: one call per group.
   void decode(std::span<const std::uint32_t> codes, group_params params, std::span<float> values) const {
     self_->decode(codes, params, values);
@@ -60,6 +60,8 @@ private:
     virtual std::span<const float> levels() const = 0;
     virtual group_params fit(std::span<const float>) const = 0;
     virtual void encode(std::span<const float>, group_params, std::span<std::uint32_t>) const = 0;
+    virtual std::uint32_t encode_one(float, group_params) const = 0;
+    virtual bool encodes_groups() const = 0;
     virtual void decode(std::span<const std::uint32_t>, group_params, std::span<float>) const = 0;
     virtual encoding_rule encoding() const = 0;
     virtual bool rotates() const = 0;
@@ -76,8 +78,14 @@ private:
     std::span<const float> levels() const override { return q.levels(); }
     group_params fit(std::span<const float> group) const override { return q.fit(group); }
     void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const override {
-      for (std::size_t i = 0; i < values.size(); ++i) codes[i] = q.encode(values[i], params);
+      if constexpr (kvlab::encodes_groups<Q>) {
+        q.encode_group(values, params, codes);
+      } else {
+        for (std::size_t i = 0; i < values.size(); ++i) codes[i] = q.encode(values[i], params);
+      }
     }
+    std::uint32_t encode_one(float value, group_params params) const override { return q.encode(value, params); }
+    bool encodes_groups() const override { return kvlab::encodes_groups<Q>; }
     void decode(std::span<const std::uint32_t> codes, group_params params, std::span<float> values) const override {
       for (std::size_t i = 0; i < codes.size(); ++i) values[i] = q.decode(codes[i], params);
     }
