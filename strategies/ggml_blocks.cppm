@@ -59,7 +59,6 @@ public:
   unsigned params_per_group() const { return format_->keeps_minimum ? 2 : 1; }
   element_format format() const { return element_format::codebook; }
   std::span<const float> levels() const { return std::span(levels_).first(std::size_t{1} << format_->bits); }
-  const ggml_format& layout() const { return *format_; }
 
   // d and m as ggml computes them, in ggml's order of comparisons (the first value of
   // largest magnitude wins a tie).
