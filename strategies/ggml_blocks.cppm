@@ -13,7 +13,12 @@
 // group (encode_group), not from the stored parameters. Under rht(...) a group's codes come
 // from its stored parameters, as for every other quantizer: ggml has no rotated format.
 // Definition: ggml/src/ggml-quants.c, quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1}_ref, and the
-// block structs of ggml/src/ggml-common.h (llama.cpp, ggml-org/llama.cpp at 01243c5).
+// block structs of ggml/src/ggml-common.h (llama.cpp, ggml-org/llama.cpp at 01243c5). The
+// reference is what llama.cpp writes into model files; its x86 CPU path for a q8_0 cache
+// (quantize_row_q8_0) multiplies by 127 / amax and rounds halves to even, so its bytes can
+// differ from these in rare values. Where 1/d overflows float or a quotient passes the top
+// code (|d| below 2^-126, a scale fp16 stores as 0), ggml's conversion to an integer is
+// undefined in C; kvlab takes the nearest end code, and the block decodes the same.
 // Paper: none; the format of llama.cpp (Gerganov et al.) and GGUF.
 module;
 #include <algorithm>
@@ -50,8 +55,9 @@ public:
 
   explicit ggml_block_quantizer(const ggml_format& format) : format_(&format) {
     // q8_0 stores q + 127 (q in -127..127); its one unused top code decodes as 127.
+    const int top_level = format.bits == 8 ? 127 : static_cast<int>(max_code()) - format.level_offset;
     for (unsigned code = 0; code < (1u << format.bits); ++code)
-      levels_[code] = static_cast<float>(std::min(static_cast<int>(code) - format.level_offset, top_level()));
+      levels_[code] = static_cast<float>(std::min(static_cast<int>(code) - format.level_offset, top_level));
   }
 
   std::string name() const { return format_->name; }
@@ -93,12 +99,10 @@ public:
 
 private:
   unsigned max_code() const { return (1u << format_->bits) - 1u; }
-  int top_level() const { return static_cast<int>(max_code()) - format_->level_offset; }
 
   // ggml's rounding: x times the reciprocal, then round half away (q8_0) or truncate after
-  // adding the offset and a half (the others), at most the top code. Values are finite
-  // here (stored_params checks), and the fit keeps every quotient in range; NaN from a
-  // caller's own parameters gives code 0.
+  // adding the offset and a half (the others), clamped to the codes there are. Values are
+  // finite here (stored_params checks); NaN from a caller's own parameters gives code 0.
   std::uint32_t code(float x, group_params p) const {
     const float inverse = p.scale != 0.0f ? 1.0f / p.scale : 0.0f;
     const float scaled = (x - p.zero) * inverse;

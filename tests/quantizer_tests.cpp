@@ -199,8 +199,10 @@ std::vector<std::uint8_t> ggml_reference_block(const std::string& format, const 
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
     put_half(d);
-    for (int j = 0; j < 32; ++j)
-      block.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(x[j] * id))));
+    for (int j = 0; j < 32; ++j) {
+      const float x0 = x[j] * id;
+      block.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(std::round(x0))));
+    }
     return block;
   }
   const bool with_min = format == "q4_1" || format == "q5_1", five = format[1] == '5';
@@ -224,9 +226,10 @@ std::vector<std::uint8_t> ggml_reference_block(const std::string& format, const 
   put_half(d);
   if (with_min) put_half(m);
   int q[32];
-  for (int j = 0; j < 32; ++j)
-    q[j] = with_min ? std::min(top, static_cast<int>(static_cast<std::int8_t>((x[j] - m) * id + 0.5f)))
-                    : std::min(top, static_cast<int>(static_cast<std::int8_t>(x[j] * id + (five ? 16.5f : 8.5f))));
+  for (int j = 0; j < 32; ++j) { // the product and the sum in two statements, as ggml (no fused multiply-add)
+    const float x0 = with_min ? (x[j] - m) * id : x[j] * id;
+    q[j] = std::min(top, static_cast<int>(static_cast<std::int8_t>(x0 + (with_min ? 0.5f : five ? 16.5f : 8.5f))));
+  }
   if (five) {
     std::uint32_t qh = 0;
     for (int j = 0; j < 16; ++j) qh |= ((q[j] & 0x10u) >> 4) << j | ((q[j + 16] & 0x10u) >> 4) << (j + 16);
@@ -264,9 +267,10 @@ std::vector<std::vector<std::uint8_t>> cache_blocks_as_ggml(const std::string& f
 }
 
 BOOST_AUTO_TEST_CASE(ggml_block_formats_equal_ggmls_reference_quantizers_byte_for_byte) {
-  // Blocks: Gaussian at three scales; zeros; a constant; quotients on and beside rounding
-  // ties; the largest magnitude positive, then negative, then tied between both signs
-  // (the first one wins); a block of one large value among small ones.
+  // Blocks: Gaussian at three scales; zeros; a constant; quotients exactly on rounding ties
+  // (each format's d a power of two, so x / d is exact) and one ulp beside them; the
+  // largest magnitude positive, then negative, then tied between both signs (the first one
+  // wins); a block of one large value among small ones.
   std::vector<std::vector<float>> tokens;
   for (const float scale : {1.0f, 1e-3f, 300.0f}) {
     auto x = gaussian(128, static_cast<std::uint64_t>(scale * 1000.0f));
@@ -281,6 +285,23 @@ BOOST_AUTO_TEST_CASE(ggml_block_formats_equal_ggmls_reference_quantizers_byte_fo
   auto signs = gaussian(128, 9);
   signs[3] = 4.0f, signs[40] = -4.0f, signs[70] = 4.0f, signs[75] = -4.0f, signs[105] = -4.0f, signs[110] = 4.0f;
   tokens.push_back(signs);
+  // Ties: q8_0 d = 7.9375 / 127 = 2^-4 and quotients k + 1/2 (round half away from zero,
+  // not to even); q4_0 d = -8 / -8 and q5_0 d = -16 / -16 = 1 with half-integers (x / d +
+  // 8.5 integral); q5_1 and q4_1 d = (31 - 0) / 31 and (15 - 0) / 15 = 1 with half-integers.
+  std::vector<float> ties(128), more_ties(128);
+  for (std::size_t j = 0; j < 32; ++j) {
+    const float half = static_cast<float>(j % 16) + 0.5f, sign = j < 16 ? 1.0f : -1.0f;
+    ties[j] = j == 0 ? 7.9375f : sign * half / 16.0f;
+    ties[32 + j] = j == 0 ? -8.0f : sign * (static_cast<float>(j % 8) + 0.5f);
+    ties[64 + j] = j == 0 ? -16.0f : sign * half;
+    ties[96 + j] = j == 0 ? 0.0f : j == 1 ? 31.0f : static_cast<float>(j) - 1.5f;
+    more_ties[j] = j == 0 ? 0.0f : j == 1 ? 15.0f : static_cast<float>(j % 15) + 0.5f;
+    more_ties[32 + j] = more_ties[j];
+    more_ties[64 + j] = ties[j];
+    more_ties[96 + j] = ties[32 + j];
+  }
+  tokens.push_back(ties);
+  tokens.push_back(more_ties);
   for (std::size_t t = 0, original = tokens.size(); t < original; ++t) {
     auto nudged = tokens[t]; // one ulp up: quotients beside the ties
     for (auto& v : nudged) v = std::nextafter(v, INFINITY);

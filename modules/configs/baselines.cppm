@@ -37,7 +37,7 @@ inline const std::vector<named_recipe>& baselines() {
       {"int8-token", recipe{.keys = stream{int_q{8}, token{}}, .values = stream{int_q{8}, token{}}},
        "per-token int8 KV cache, arXiv 2211.10438 sec. 4"},
       {"q8_0", recipe{.keys = stream{parts::q8_0{}, group{32}}, .values = stream{parts::q8_0{}, group{32}}},
-       "llama.cpp's q8_0 cache type (ggml's blocks byte for byte)"},
+       "llama.cpp's q8_0 cache type (ggml's reference blocks byte for byte)"},
       {"kivi-2",
        recipe{.keys = stream{uint_q{2}, channel{32}}, .values = stream{uint_q{2}, group{32}}, .residual = 128},
        "KIVI 2-bit, arXiv 2402.02750 sec. 3 (keys per channel, values per token, fp16 residual 128)"},
@@ -45,7 +45,7 @@ inline const std::vector<named_recipe>& baselines() {
        recipe{.keys = stream{uint_q{4}, channel{32}}, .values = stream{uint_q{4}, group{32}}, .residual = 128},
        "KIVI 4-bit, arXiv 2402.02750 sec. 3"},
       {"q4_0", recipe{.keys = stream{parts::q4_0{}, group{32}}, .values = stream{parts::q4_0{}, group{32}}},
-       "llama.cpp's q4_0 cache type (ggml's blocks byte for byte)"},
+       "llama.cpp's q4_0 cache type (ggml's reference blocks byte for byte)"},
   };
   return all;
 }

@@ -43,7 +43,8 @@ struct group_params {
 };
 
 // The fitted parameters of one group exactly as storage holds them (rounded to fp16 unless
-// f32 is asked for): codes are chosen against what decoding will see. A group value, a
+// f32 is asked for): codes are chosen against what decoding will see (except by quantizers
+// with encode_group, such as ggml's formats). A group value, a
 // parameter, or the decoded value of the group's extremes that is not finite in that
 // precision is an error naming the value; the caller adds which tensor and group.
 template <class Q>

@@ -27,7 +27,8 @@ public:
   element_format format() const { return self_->format(); }
   std::span<const float> levels() const { return self_->levels(); }
   group_params fit(std::span<const float> group) const { return self_->fit(group); }
-  // codes[i] = encode(values[i], params) for every i.
+  // The group's codes: codes[i] = encode(values[i], params) for every i, or the
+  // quantizer's encode_group where it has one.
   void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const {
     self_->encode(values, params, codes);
   }
