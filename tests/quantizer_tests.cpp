@@ -184,9 +184,25 @@ BOOST_AUTO_TEST_CASE(rht_is_orthogonal_for_any_head_dim) {
   BOOST_CHECK_THROW(kvlab::builtin_registry().make_quantizer("rht(lloyd9)"), kvlab::error);
 }
 
-// ggml's reference quantizers (ggml-quants.c, quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1}_ref),
-// written here from that file independently of the strategy file: one block of 32 values
-// as ggml writes it.
+// ggml's best_index_int8 (ggml-quants.c): the nearest of n ascending levels, by bisection.
+int ggml_best_index(int n, const std::int8_t* val, float x) {
+  if (x <= val[0]) return 0;
+  if (x >= val[n - 1]) return n - 1;
+  int ml = 0, mu = n - 1;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < val[mav])
+      mu = mav;
+    else
+      ml = mav;
+  }
+  return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+// ggml's reference quantizers (ggml-quants.c, quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1}_ref
+// and quantize_row_iq4_nl_ref, which runs quantize_row_iq4_nl_impl with no weights and ntry
+// -1), written here from that file independently of the strategy file: one block of 32
+// values as ggml writes it.
 std::vector<std::uint8_t> ggml_reference_block(const std::string& format, const float* x) {
   std::vector<std::uint8_t> block;
   const auto put_half = [&](float v) {
@@ -194,6 +210,33 @@ std::vector<std::uint8_t> ggml_reference_block(const std::string& format, const 
     block.push_back(static_cast<std::uint8_t>(h & 0xff));
     block.push_back(static_cast<std::uint8_t>(h >> 8));
   };
+  if (format == "iq4_nl") {
+    static const std::int8_t values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    int L[32];
+    std::fill(L, L + 32, 8); // ggml leaves a d = 0 block's codes as its buffer held them
+    float amax = 0.0f, max = 0.0f, d = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+    if (amax >= 1e-15f) {
+      d = max / values[0];
+      const float id = 1 / d;
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < 32; ++j) {
+        const float al = id * x[j];
+        L[j] = ggml_best_index(16, values, al);
+        const float q = values[L[j]];
+        const float w = x[j] * x[j];
+        const float wq = w * q; // each product and sum its own statement (no fused multiply-add)
+        const float wqx = wq * x[j], wqq = wq * q;
+        sumqx += wqx;
+        sumq2 += wqq;
+      }
+      d = sumqx / sumq2;
+    }
+    put_half(d);
+    for (int j = 0; j < 16; ++j) block.push_back(static_cast<std::uint8_t>(L[j] | L[j + 16] << 4));
+    return block;
+  }
   if (format == "q8_0") {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -272,7 +315,8 @@ BOOST_AUTO_TEST_CASE(ggml_block_formats_equal_ggmls_reference_quantizers_byte_fo
   // largest magnitude positive, then negative, then tied between both signs (the first one
   // wins); a block of one large value among small ones.
   std::vector<std::vector<float>> tokens;
-  for (const float scale : {1.0f, 1e-3f, 300.0f}) {
+  for (const float scale :
+       {1.0f, 1e-3f, 300.0f, 1e-14f, 1e-16f}) { // the last two: d below fp16's range, then amax below ggml's 1e-15
     auto x = gaussian(128, static_cast<std::uint64_t>(scale * 1000.0f));
     for (auto& v : x) v *= scale;
     tokens.push_back(x);
@@ -300,14 +344,27 @@ BOOST_AUTO_TEST_CASE(ggml_block_formats_equal_ggmls_reference_quantizers_byte_fo
     more_ties[64 + j] = ties[j];
     more_ties[96 + j] = ties[32 + j];
   }
+  // iq4_nl: d0 = -127 / -127 = 1 (block 0) and -254 / -127 = 2 (block 1), quotients on the
+  // midpoints between its levels (ties go to the upper level); blocks 2 and 3 mirrored
+  // (d0 = -1, -2).
+  std::vector<float> level_ties(128);
+  static const float levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (std::size_t j = 0; j < 32; ++j) {
+    const float midpoint = j == 0 ? -127.0f : (levels[j % 15] + levels[j % 15 + 1]) / 2.0f;
+    level_ties[j] = midpoint;
+    level_ties[32 + j] = 2.0f * midpoint;
+    level_ties[64 + j] = -midpoint;
+    level_ties[96 + j] = -2.0f * midpoint;
+  }
   tokens.push_back(ties);
   tokens.push_back(more_ties);
+  tokens.push_back(level_ties);
   for (std::size_t t = 0, original = tokens.size(); t < original; ++t) {
     auto nudged = tokens[t]; // one ulp up: quotients beside the ties
     for (auto& v : nudged) v = std::nextafter(v, INFINITY);
     tokens.push_back(nudged);
   }
-  for (const char* format : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
+  for (const char* format : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
     for (std::size_t t = 0; t < tokens.size(); ++t) {
       const auto blocks = cache_blocks_as_ggml(format, tokens[t]);
       for (std::size_t b = 0; b < 4; ++b) BOOST_TEST_CONTEXT(format << " token " << t << " block " << b) {
@@ -340,7 +397,8 @@ BOOST_AUTO_TEST_CASE(ggml_block_formats_equal_ggmls_reference_quantizers_byte_fo
 BOOST_AUTO_TEST_CASE(group_formats_against_llama_cpp_blocks_at_equal_bits) {
   // kvlab's int8 and uint4 at group(32) take the same bytes as q8_0 and q4_1 and choose codes
   // against the stored (fp16) parameters, so their error is no larger; q4_0 spends its 16th
-  // level that int4 leaves unused, so its error is lower than int4's.
+  // level that int4 leaves unused, so its error is lower than int4's; iq4_nl, at q4_0's
+  // bytes, lower still.
   const std::size_t tokens = 2048, head_dim = 128;
   const auto values = gaussian(tokens * head_dim, 3);
   const auto& components = kvlab::builtin_registry();
@@ -351,20 +409,24 @@ BOOST_AUTO_TEST_CASE(group_formats_against_llama_cpp_blocks_at_equal_bits) {
         .stats;
   };
   const auto int8 = error("int8"), q8_0 = error("q8_0"), uint4 = error("uint4"), q4_1 = error("q4_1"),
-             int4 = error("int4"), q4_0 = error("q4_0"), q5_0 = error("q5_0"), q5_1 = error("q5_1");
+             int4 = error("int4"), q4_0 = error("q4_0"), q5_0 = error("q5_0"), q5_1 = error("q5_1"),
+             iq4_nl = error("iq4_nl");
   BOOST_TEST_MESSAGE("relative RMSE at group(32): int8 "
                      << int8.relative_rmse << ", q8_0 " << q8_0.relative_rmse << ", uint4 " << uint4.relative_rmse
                      << ", q4_1 " << q4_1.relative_rmse << ", int4 " << int4.relative_rmse << ", q4_0 "
-                     << q4_0.relative_rmse << ", q5_0 " << q5_0.relative_rmse << ", q5_1 " << q5_1.relative_rmse);
+                     << q4_0.relative_rmse << ", q5_0 " << q5_0.relative_rmse << ", q5_1 " << q5_1.relative_rmse
+                     << ", iq4_nl " << iq4_nl.relative_rmse);
   BOOST_TEST(q8_0.bits_per_element == 8.5);
   BOOST_TEST(q4_0.bits_per_element == 4.5);
   BOOST_TEST(q4_1.bits_per_element == 5.0);
   BOOST_TEST(q5_0.bits_per_element == 5.5);
   BOOST_TEST(q5_1.bits_per_element == 6.0);
+  BOOST_TEST(iq4_nl.bits_per_element == 4.5);
   BOOST_TEST(int8.relative_rmse <= q8_0.relative_rmse * 1.001);
   BOOST_TEST(uint4.relative_rmse <= q4_1.relative_rmse * 1.001);
   BOOST_TEST(q4_0.relative_rmse < int4.relative_rmse);
-  BOOST_TEST(q5_0.relative_rmse < q4_0.relative_rmse / 1.8); // one more bit: about half the error
+  BOOST_TEST(q5_0.relative_rmse < q4_0.relative_rmse / 1.8);    // one more bit: about half the error
+  BOOST_TEST(iq4_nl.relative_rmse < q4_0.relative_rmse * 0.95); // levels denser near 0, a least-squares d
   // The levels measured for llama.cpp on this kind of data (issue: 0.0054 and 0.078).
   BOOST_TEST(std::fabs(q8_0.relative_rmse / 0.0054 - 1.0) < 0.1);
   BOOST_TEST(std::fabs(q4_1.relative_rmse / 0.078 - 1.0) < 0.1);
