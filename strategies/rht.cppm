@@ -45,6 +45,8 @@ public:
   group_params fit(std::span<const float> group) const { return inner_.fit(group); }
   std::uint32_t encode(float x, group_params p) const { return inner_.encode(x, p); }
   float decode(std::uint32_t code, group_params p) const { return inner_.decode(code, p); }
+  std::span<const float> scale_levels() const { return inner_.scale_levels(); }
+  std::uint8_t scale_code(float scale) const { return inner_.scale_code(scale); }
 
   void rotate(std::span<float> token) const {
     apply_signs(token);

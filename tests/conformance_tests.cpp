@@ -71,8 +71,11 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
           const std::size_t groups = (tokens + block - 1) / block * (head_dim / shape.channels);
           BOOST_TEST(out.stats.groups == groups);
           BOOST_TEST(out.stats.bits_per_element ==
-                     quantizer.bits() + 16.0 * static_cast<double>(groups * quantizer.params_per_group()) /
-                                            static_cast<double>(tokens * head_dim));
+                     quantizer.bits() +
+                         8.0 *
+                             static_cast<double>(kvlab::param_bytes(quantizer, kvlab::param_precision::f16) * groups *
+                                                 quantizer.params_per_group()) /
+                             static_cast<double>(tokens * head_dim));
 
           // Compare in the quantizer's own (rotated) space.
           auto x = values, y = out.decoded;
@@ -140,6 +143,10 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
                                 kvlab::error, [](const kvlab::error& e) {
                                   return std::string(e.what()).find("use them with kvlab codec") != std::string::npos;
                                 });
+        else if (!quantizer.scale_levels().empty()) // a scale byte per block of a token's values
+          BOOST_CHECK_THROW(kvlab::kv_stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
+                                             kvlab::builtin_registry().make_storage("flat"), {}),
+                            kvlab::error);
         continue; // token-spanning groups: see the tier tests
       }
       const auto reference =
@@ -152,9 +159,10 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
           for (std::size_t t = 0; t < tokens; ++t)
             stream.append(std::span(values).subspan(t * head_dim, head_dim), kernels);
 
-          // Exact byte count: packed codes plus fp16 parameters, per token.
+          // Exact byte count: packed codes plus fp16 parameters (or scale bytes), per token.
           const std::size_t record =
-              (head_dim * quantizer.bits() + 7) / 8 + head_dim / shape.channels * quantizer.params_per_group() * 2;
+              (head_dim * quantizer.bits() + 7) / 8 + head_dim / shape.channels * quantizer.params_per_group() *
+                                                          kvlab::param_bytes(quantizer, kvlab::param_precision::f16);
           BOOST_TEST(stream.body().layout().bytes() == record);
           BOOST_TEST(stream.bytes() == tokens * record);
 

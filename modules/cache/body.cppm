@@ -26,7 +26,8 @@ import :packing;
 export namespace kvlab {
 
 // Byte layout of one record: a block of `block_tokens` tokens, codes token-major, then
-// each group's parameters (scale, then zero) in the stored precision.
+// each group's parameters (scale, then zero) in the stored precision (fp16, f32, or the
+// quantizer's scale bytes).
 struct record_layout {
   std::size_t head_dim = 0;
   std::size_t block_tokens = 1;
@@ -56,13 +57,12 @@ class quantized_body {
 public:
   quantized_body(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
                  const any_storage& storage)
-      : quantizer_(std::move(quantizer)),
-        layout_{.head_dim = head_dim,
-                .block_tokens = shape.tokens,
-                .group_channels = shape.channels,
-                .bits = quantizer_.bits(),
-                .params_per_group = quantizer_.params_per_group(),
-                .param_bytes = precision == param_precision::f32 ? std::size_t{4} : std::size_t{2}},
+      : quantizer_(std::move(quantizer)), layout_{.head_dim = head_dim,
+                                                  .block_tokens = shape.tokens,
+                                                  .group_channels = shape.channels,
+                                                  .bits = quantizer_.bits(),
+                                                  .params_per_group = quantizer_.params_per_group(),
+                                                  .param_bytes = param_bytes(quantizer_, precision)},
         precision_(precision), rule_(quantizer_.encoding()),
         thresholds_(rule_.thresholds.data(), static_cast<unsigned>(rule_.thresholds.size())) {
     if (shape.tokens == 0)
@@ -70,6 +70,9 @@ public:
                   "that have not arrived); use them with kvlab codec");
     if (shape.tokens > 1 && (shape.channels != 1 || (head_dim * layout_.bits) % 8 != 0))
       throw error("groups spanning tokens must be one channel wide with byte-aligned token rows");
+    if (shape.tokens > 1 && layout_.param_bytes == 1)
+      throw error(quantizer_.name() + " keeps a scale byte per block of a token's values; per-channel groups are not "
+                                      "supported (use group(G))");
     const bool rows = layout_.block_tokens > 1;
     store_ = storage.make_store(rows ? layout_.row_code_bytes() : layout_.bytes());
     if (rows && layout_.params_per_group > 0)
@@ -87,7 +90,8 @@ public:
                .group_channels = rows ? head_dim : shape.channels,
                .bits = layout_.bits,
                .params_per_group = rows ? 0u : layout_.params_per_group,
-               .params_f32 = precision == param_precision::f32,
+               .params_f32 = layout_.param_bytes == 4,
+               .scale_levels = layout_.param_bytes == 1 ? quantizer_.scale_levels().data() : nullptr,
                .offset = static_cast<float>(rule_.offset),
                .levels = quantizer_.levels().data()};
   }
@@ -609,7 +613,9 @@ private:
     const float values[2] = {p.scale, p.zero};
     for (unsigned i = 0; i < layout_.params_per_group; ++i) {
       std::uint8_t* at = record.data() + layout_.code_bytes() + param_offset(group, i);
-      if (layout_.param_bytes == 4) {
+      if (layout_.param_bytes == 1) {
+        *at = quantizer_.scale_code(values[i]);
+      } else if (layout_.param_bytes == 4) {
         std::memcpy(at, &values[i], 4);
       } else {
         const std::uint16_t half = float_to_half_bits(values[i]);
@@ -626,7 +632,9 @@ private:
     float values[2] = {1.0f, 0.0f};
     for (unsigned i = 0; i < layout_.params_per_group; ++i) {
       const std::uint8_t* at = params.data() + param_offset(group, i);
-      if (layout_.param_bytes == 4) {
+      if (layout_.param_bytes == 1) {
+        values[i] = format_.scale_levels[*at];
+      } else if (layout_.param_bytes == 4) {
         std::memcpy(&values[i], at, 4);
       } else {
         std::uint16_t half;

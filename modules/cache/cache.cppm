@@ -33,9 +33,9 @@ export namespace kvlab {
 // and demoted tiers, and the fp16 sink and residual tiers.
 inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, std::size_t tokens,
                                     std::size_t head_dim) {
-  const double param_bytes = r.scale == param_precision::f32 ? 4.0 : 2.0;
   const auto tier_bytes = [&](const any_stream& s) {
     const any_quantizer& quantizer = s.quantizer;
+    const double param_bytes = static_cast<double>(kvlab::param_bytes(quantizer, r.scale));
     const group_shape group = s.granularity.group_shape(head_dim);
     const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
     const double per_element = quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements;

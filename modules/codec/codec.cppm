@@ -102,7 +102,7 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
     worst = std::max(worst, std::fabs(d));
   }
   const double n = static_cast<double>(values.size());
-  const double param_bits = precision == param_precision::f32 ? 32.0 : 16.0;
+  const double param_bits = 8.0 * static_cast<double>(param_bytes(quantizer, precision));
   out.stats = {.mse = error / n,
                .snr_db = 10.0 * std::log10(signal / error),
                .max_abs_error = worst,

@@ -42,9 +42,31 @@ struct group_params {
   bool operator==(const group_params&) const = default;
 };
 
+// Optional part of a Quantizer with one parameter per group:
+//   scale_levels(), scale_code(scale) the quantizer stores its scale as one byte: byte b
+//                       decodes to scale_levels()[b] (256 entries; empty: fp16 or f32 as the
+//                       recipe says), and scale_code gives the byte of a scale fit()
+//                       returned (mxfp4's E8M0, nvfp4's UE4M3 scales)
+template <class Q>
+concept stores_scale_bytes = requires(const Q q, float scale) {
+  { q.scale_levels() } -> std::same_as<std::span<const float>>;
+  { q.scale_code(scale) } -> std::same_as<std::uint8_t>;
+};
+template <class Q>
+std::span<const float> scale_levels_of(const Q& quantizer) {
+  if constexpr (stores_scale_bytes<Q>) return quantizer.scale_levels();
+  return {};
+}
+// Bytes storage spends on each parameter of a group.
+template <class Q>
+std::size_t param_bytes(const Q& quantizer, param_precision precision) {
+  if (!scale_levels_of(quantizer).empty()) return 1;
+  return precision == param_precision::f32 ? 4 : 2;
+}
+
 // The fitted parameters of one group exactly as storage holds them (rounded to fp16 unless
-// f32 is asked for): codes are chosen against what decoding will see (except by quantizers
-// with encode_group, such as ggml's formats). A group value, a
+// f32 is asked for, or to the quantizer's own scale bytes): codes are chosen against what
+// decoding will see (except by quantizers with encode_group, such as ggml's formats). A group value, a
 // parameter, or the decoded value of the group's extremes that is not finite in that
 // precision is an error naming the value; the caller adds which tensor and group.
 template <class Q>
@@ -60,9 +82,13 @@ group_params stored_params(const Q& quantizer, std::span<const float> group, par
                     " is not finite (the quantizer's rotation overflows float for values this large)");
   const auto [lowest, highest] = group.empty() ? std::pair{0.0f, 0.0f} : min_max(group);
   const group_params fitted = quantizer.fit(group);
-  const group_params p = precision == param_precision::f32
-                             ? fitted
-                             : group_params{round_to_half(fitted.scale), round_to_half(fitted.zero)};
+  const group_params p = [&] {
+    if constexpr (stores_scale_bytes<Q>)
+      if (const auto scales = quantizer.scale_levels(); !scales.empty())
+        return group_params{scales[quantizer.scale_code(fitted.scale)], 0.0f};
+    return precision == param_precision::f32 ? fitted
+                                             : group_params{round_to_half(fitted.scale), round_to_half(fitted.zero)};
+  }();
   const bool finite = std::isfinite(p.scale) && std::isfinite(p.zero) &&
                       std::isfinite(quantizer.decode(quantizer.encode(lowest, p), p)) &&
                       std::isfinite(quantizer.decode(quantizer.encode(highest, p), p));

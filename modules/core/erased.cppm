@@ -47,6 +47,9 @@ public:
     return value;
   }
   encoding_rule encoding() const { return self_->encoding(); }
+  // The quantizer's scale bytes (stores_scale_bytes): empty for fp16 or f32 scales.
+  std::span<const float> scale_levels() const { return self_->scale_levels(); }
+  std::uint8_t scale_code(float scale) const { return self_->scale_code(scale); }
   bool rotates() const { return self_->rotates(); }
   void rotate(std::span<float> token) const { self_->rotate(token); }
   void unrotate(std::span<float> token) const { self_->unrotate(token); }
@@ -65,6 +68,8 @@ private:
     virtual bool encodes_groups() const = 0;
     virtual void decode(std::span<const std::uint32_t>, group_params, std::span<float>) const = 0;
     virtual encoding_rule encoding() const = 0;
+    virtual std::span<const float> scale_levels() const = 0;
+    virtual std::uint8_t scale_code(float) const = 0;
     virtual bool rotates() const = 0;
     virtual void rotate(std::span<float>) const = 0;
     virtual void unrotate(std::span<float>) const = 0;
@@ -93,6 +98,11 @@ private:
     encoding_rule encoding() const override {
       if constexpr (has_encoding_rule<Q>) return q.encoding();
       return {};
+    }
+    std::span<const float> scale_levels() const override { return scale_levels_of(q); }
+    std::uint8_t scale_code(float scale) const override {
+      if constexpr (stores_scale_bytes<Q>) return q.scale_code(scale);
+      return 0;
     }
     bool rotates() const override { return rotates_tokens<Q>; }
     void rotate(std::span<float> token) const override {

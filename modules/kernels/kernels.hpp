@@ -105,7 +105,8 @@ struct nearest_thresholds {
 
 // Layout of the records of one stream: one token per record, `record_bytes` apart. Codes
 // (or raw floats) first, bit-packed; then per group of `group_channels` channels its
-// parameters (scale, then zero when params_per_group == 2), fp16 or f32.
+// parameters (scale, then zero when params_per_group == 2), fp16 or f32, or one byte each
+// that indexes scale_levels (mxfp4's and nvfp4's scales; the reference kernels only).
 struct record_format {
   element_kind kind = element_kind::f32;
   std::size_t record_bytes = 0;
@@ -114,8 +115,11 @@ struct record_format {
   unsigned bits = 32;
   unsigned params_per_group = 0;
   bool params_f32 = false;
-  float offset = 0.0f;           // affine_codes
-  const float* levels = nullptr; // table_codes
+  float offset = 0.0f;                 // affine_codes
+  const float* levels = nullptr;       // table_codes
+  const float* scale_levels = nullptr; // 256 scales by byte, where parameters are bytes
+
+  bool params_f16_or_f32() const noexcept { return scale_levels == nullptr; }
 
   std::size_t code_bytes() const noexcept { return (head_dim * bits + 7) / 8; }
   std::size_t groups() const noexcept { return head_dim / group_channels; }

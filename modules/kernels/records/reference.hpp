@@ -11,6 +11,7 @@ namespace {
 // Parameter `which` (0 scale, 1 zero) of group g of a record.
 inline float record_param(const record_format& f, const std::uint8_t* record, std::size_t group,
                           unsigned which) noexcept {
+  if (f.scale_levels) return f.scale_levels[record[f.code_bytes() + group * f.params_per_group + which]];
   const std::uint8_t* at = record + f.code_bytes() + (group * f.params_per_group + which) * (f.params_f32 ? 4 : 2);
   if (f.params_f32) {
     float value;
