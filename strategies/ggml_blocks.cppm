@@ -26,8 +26,7 @@
 // differ from these in rare values. Where 1/d overflows float or a quotient passes the top
 // code (|d| below 2^-126, a scale fp16 stores as 0), ggml's conversion to an integer is
 // undefined in C; kvlab takes the nearest end code, and the block decodes the same. An
-// iq4_nl block with d = 0 keeps whatever codes ggml's buffer held; kvlab writes code 8
-// (level 1, the nearest to 0).
+// iq4_nl block whose largest magnitude is below 1e-15 has d = 0 and codes 0, as in ggml.
 // Paper: none; the format of llama.cpp (Gerganov et al.) and GGUF.
 module;
 #include <algorithm>
@@ -105,6 +104,7 @@ public:
   void encode_group(std::span<const float> values, group_params, std::span<std::uint32_t> codes) const {
     const group_params fitted = format_->nonlinear_levels ? group_params{first_scale(values), 0.0f} : fit(values);
     for (std::size_t i = 0; i < values.size(); ++i) codes[i] = code(values[i], fitted);
+    if (format_->nonlinear_levels && fitted.scale == 0.0f) std::ranges::fill(codes, 0u); // ggml zeroes the block
   }
   // One value under parameters as given (groups go through encode_group).
   std::uint32_t encode(float x, group_params params) const { return code(x, params); }

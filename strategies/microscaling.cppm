@@ -3,23 +3,28 @@
 //   mxfp4  blocks of 32 (group(32)), an E8M0 scale (a power of two):
 //          e = floor(log2(amax)) - 2 + 127 (0 for an all-zero block), scale 2^(e - 127)
 //   nvfp4  blocks of 16 (group(16)), a UE4M3 scale (unsigned, 4 exponent bits, bias 7, 3
-//          mantissa bits) of amax / 6, rounded half up on the fourth mantissa bit
+//          mantissa bits) of amax / 6, rounded half up on the fourth mantissa bit;
+//          nvfp4(S) adds NVIDIA's per-tensor fp32 scale S: blocks of x / S as nvfp4, decoded
+//          times S (a constant of the recipe: a streaming cache cannot fit it to tokens that
+//          have not arrived; NVIDIA's recipe calibrates S = amax / (6 * 448) offline)
 // Each value takes the nearest scaled E2M1 value, the first of ggml's table on a tie (the
 // one nearer zero). Levels are ggml's kvalues_mxfp4, E2M1 doubled (0, 1, 2, 3, 4, 6, 8, 12
 // and their negatives), with the stored scale halved to match. Codes are chosen against
 // the stored scale, as for kvlab's own quantizers. Other group sizes apply the same rule.
 // Where kvlab differs from ggml: an mxfp4 block with amax below 2^-125 (ggml's conversion
 // of a negative exponent to a byte is undefined in C) takes e = 0; an nvfp4 block with amax
-// beyond 1344 (12 times the largest scale, where ggml saturates the scale and clips the
-// values) is an error: NVIDIA's format brings such data into range with a per-tensor fp32
-// scale, which ggml's NVFP4 does not have and kvlab does not model.
+// beyond 2688 S (12 times the largest scale, where ggml saturates the scale and clips the
+// values) is an error that names S. ggml's NVFP4 has no per-tensor scale: nvfp4 (S = 1)
+// is its format.
 // Definition: ggml/src/ggml-quants.c (quantize_row_mxfp4_ref, quantize_row_nvfp4_ref,
 // best_index_mxfp4), ggml/src/ggml-impl.h (ggml_e8m0_to_fp32_half, ggml_fp32_to_ue4m3,
 // ggml_ue4m3_to_fp32), ggml/src/ggml-common.h (block_mxfp4, block_nvfp4), ggml-org/llama.cpp.
 // Paper: OCP Microscaling Formats (MX) Specification v1.0, sec. 5 (E2M1 elements, E8M0
 // scales); Rouhani et al., "Microscaling Data Formats for Deep Learning", arXiv 2310.10537.
 module;
+#include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,21 +89,31 @@ class microscaling_quantizer {
 public:
   using component_concept = quantizer_tag;
 
-  explicit microscaling_quantizer(const microscaling_format& format) : format_(&format) {
+  explicit microscaling_quantizer(const microscaling_format& format, float tensor_scale = 1.0f)
+      : format_(&format), tensor_scale_(tensor_scale) {
+    if (!(tensor_scale > 0.0f) || !std::isfinite(largest_nvfp4 * tensor_scale))
+      throw error(std::string(format.name) + ": per-tensor scale " + format_number(tensor_scale) +
+                  " must be positive and at most " + format_number(FLT_MAX / largest_nvfp4));
+    if (format.scale == scale_kind::e8m0 && tensor_scale != 1.0f)
+      throw error("mxfp4 has no per-tensor scale (its E8M0 block scales span every float exponent)");
     for (unsigned b = 0; b < 256; ++b)
       scales_[b] = format.scale == scale_kind::e8m0 ? e8m0_half(static_cast<std::uint8_t>(b))
-                                                    : ue4m3_half(static_cast<std::uint8_t>(b));
+                                                    : tensor_scale * ue4m3_half(static_cast<std::uint8_t>(b));
   }
 
-  std::string name() const { return format_->name; }
+  std::string name() const {
+    return format_->name + (tensor_scale_ == 1.0f ? std::string() : "(" + format_number(tensor_scale_) + ")");
+  }
   unsigned bits() const { return 4; }
   unsigned params_per_group() const { return 1; }
   element_format format() const { return element_format::codebook; }
   std::span<const float> levels() const { return e2m1_doubled; }
   std::span<const float> scale_levels() const { return scales_; }
   std::uint8_t scale_code(float scale) const {
-    if (format_->scale == scale_kind::ue4m3) return ue4m3_of(2.0f * scale);
-    return static_cast<std::uint8_t>(std::ilogb(scale) + 128); // scales are 2^(e - 128)
+    if (format_->scale == scale_kind::e8m0) return static_cast<std::uint8_t>(std::ilogb(scale) + 128); // 2^(e - 128)
+    // UE4M3 bytes 0..0x7e ascend; fit() returns one of their scales
+    const auto found = std::lower_bound(scales_.begin(), scales_.begin() + 0x7f, scale);
+    return static_cast<std::uint8_t>(found - scales_.begin());
   }
 
   // The block's scale as ggml stores it (halved, as the doubled levels need).
@@ -107,10 +122,11 @@ public:
     for (const float v : group)
       if (amax < std::fabs(v)) amax = std::fabs(v);
     if (format_->scale == scale_kind::ue4m3) {
-      if (amax > largest_nvfp4)
-        throw error("nvfp4: a block's largest magnitude " + format_number(amax) + " is beyond nvfp4's range (" +
-                    format_number(largest_nvfp4) + " without a per-tensor scale); scale the data down");
-      return {.scale = scales_[ue4m3_of(amax / 6.0f)], .zero = 0.0f};
+      if (amax > largest_nvfp4 * tensor_scale_)
+        throw error(name() + ": a block's largest magnitude " + format_number(amax) + " is beyond its range (" +
+                    format_number(largest_nvfp4 * tensor_scale_) + ", 2688 times the per-tensor scale " +
+                    format_number(tensor_scale_) + "); give nvfp4(S) a larger S");
+      return {.scale = scales_[ue4m3_of(amax / tensor_scale_ / 6.0f)], .zero = 0.0f};
     }
     const float exponent = amax > 0.0f ? std::floor(std::log2(amax)) - 2.0f + 127.0f : 0.0f;
     return {.scale = scales_[static_cast<std::uint8_t>(exponent < 0.0f ? 0.0f : exponent)], .zero = 0.0f};
@@ -131,9 +147,10 @@ public:
   float decode(std::uint32_t code, group_params p) const { return p.scale * e2m1_doubled[code]; }
 
 private:
-  static constexpr float largest_nvfp4 = 1344.0f; // 12 * ue4m3_half(0x7e)
+  static constexpr float largest_nvfp4 = 2688.0f; // 12 * ue4m3_half(0x7e) = 12 * 448 / 2
 
   const microscaling_format* format_;
+  float tensor_scale_;
   std::array<float, 256> scales_{};
 };
 static_assert(Quantizer<microscaling_quantizer>);
@@ -166,17 +183,21 @@ inline std::vector<strategy_info> info() {
            .summary = "OCP MXFP4 as ggml defines it: E2M1 codes, an E8M0 scale byte per block; group(32) is its block",
            .paper = "OCP MX spec v1.0 sec. 5; arXiv 2310.10537; ggml-quants.c quantize_row_mxfp4_ref (llama.cpp)"},
           {.name = "nvfp4",
-           .usage = "nvfp4",
-           .summary = "NVFP4 as ggml defines it: E2M1 codes, a UE4M3 scale byte per block (no per-tensor scale); "
-                      "group(16) is its block",
-           .paper = "ggml-quants.c quantize_row_nvfp4_ref (llama.cpp); NVIDIA Blackwell NVFP4"}};
+           .usage = "nvfp4 or nvfp4(S)",
+           .summary = "NVFP4 as ggml defines it: E2M1 codes, a UE4M3 scale byte per block, S a per-tensor fp32 "
+                      "scale (default 1, ggml's format); group(16) is its block",
+           .paper = "ggml-quants.c quantize_row_nvfp4_ref (llama.cpp); NVIDIA Blackwell NVFP4",
+           .examples = {"nvfp4", "nvfp4(0.25)"}}};
 }
 
-// The registry calls this only for the names info() lists, which take no arguments.
+// The registry calls this only for the names info() lists: mxfp4, nvfp4 and nvfp4(S).
 inline microscaling_quantizer make(const strategy_args& args) {
-  for (const microscaling_format* format : formats)
-    if (args.text == format->name) return microscaling_quantizer(*format);
-  throw error("unknown microscaling format '" + args.text + "'");
+  if (args.text.starts_with("mxfp4")) {
+    args.expect_arguments(0, "mxfp4");
+    return microscaling_quantizer(mxfp4);
+  }
+  if (args.args.size() > 1) args.expect_arguments(1, "nvfp4 or nvfp4(S)");
+  return microscaling_quantizer(nvfp4, args.args.empty() ? 1.0f : args.number<float>(0, "per-tensor scale S"));
 }
 
 } // namespace kvlab::strategies::microscaling
@@ -187,6 +208,6 @@ struct mxfp4 : strategies::microscaling::microscaling_quantizer {
   mxfp4() : microscaling_quantizer(strategies::microscaling::mxfp4) {}
 };
 struct nvfp4 : strategies::microscaling::microscaling_quantizer {
-  nvfp4() : microscaling_quantizer(strategies::microscaling::nvfp4) {}
+  explicit nvfp4(float tensor_scale = 1.0f) : microscaling_quantizer(strategies::microscaling::nvfp4, tensor_scale) {}
 };
 } // namespace kvlab::parts

@@ -152,11 +152,31 @@ BOOST_AUTO_TEST_CASE(mxfp4_and_nvfp4_equal_ggmls_reference_quantizers_byte_for_b
   std::vector<float> clipped = ties;
   clipped[0] = 7.0f;
   tokens.push_back(clipped);
+  // nvfp4's top scales: amax 2600 (2600 / 6 in UE4M3's top exponent: 0x7e) and 1488
+  // (1488 / 6 = 248 rounds up into the top exponent); and its subnormal scales (0.05 / 6)
+  std::vector<float> large = gaussian(128, 11, 100.0f);
+  large[0] = 2600.0f, large[20] = -1500.0f, large[70] = 1488.0f, large[100] = 0.05f;
+  for (std::size_t j = 96; j < 128; ++j)
+    if (j != 100) large[j] *= 1e-4f;
+  tokens.push_back(large);
   for (std::size_t t = 0, original = tokens.size(); t < original; ++t) {
     auto nudged = tokens[t];
     for (auto& v : nudged) v = std::nextafter(v, INFINITY);
     tokens.push_back(nudged);
   }
+  // mxfp4's E8M0 ends: amax 3e-38 (e = 0), 6e-38 (e = 1), 3e38 (e = 252), 1.5e-38 (a
+  // negative exponent: kvlab's e = 0)
+  std::vector<float> exponents = gaussian(128, 12, 1.0f);
+  const float block_scales[] = {3e-38f, 6e-38f, 3e38f, 1.5e-38f};
+  for (std::size_t j = 0; j < 128; ++j) exponents[j] = block_scales[j / 32] * std::tanh(exponents[j]);
+  for (std::size_t b = 0; b < 4; ++b) exponents[32 * b + 5] = block_scales[b];
+  BOOST_TEST(cache_blocks_as_ggml("mxfp4", exponents)[0][0] == 0);
+  BOOST_TEST(cache_blocks_as_ggml("mxfp4", exponents)[1][0] == 1);
+  BOOST_TEST(cache_blocks_as_ggml("mxfp4", exponents)[2][0] == 252);
+  for (std::size_t b = 0; b < 4; ++b) BOOST_TEST_CONTEXT("mxfp4 exponents block " << b) {
+      BOOST_TEST(cache_blocks_as_ggml("mxfp4", exponents)[b] == reference_block("mxfp4", exponents.data() + 32 * b),
+                 boost::test_tools::per_element());
+    }
   for (const std::string format : {"mxfp4", "nvfp4"})
     for (std::size_t t = 0; t < tokens.size(); ++t) {
       const auto blocks = cache_blocks_as_ggml(format, tokens[t]);
@@ -166,6 +186,18 @@ BOOST_AUTO_TEST_CASE(mxfp4_and_nvfp4_equal_ggmls_reference_quantizers_byte_for_b
                      boost::test_tools::per_element());
         }
     }
+  // nvfp4(S): blocks of x as nvfp4 blocks of x / S (S a power of two: x / S exact), its
+  // scales S times theirs.
+  for (std::size_t t = 0; t < 4; ++t) {
+    auto scaled = tokens[t];
+    for (auto& v : scaled) v *= 4.0f;
+    const auto blocks = cache_blocks_as_ggml("nvfp4(4)", scaled);
+    for (std::size_t b = 0; b < blocks.size(); ++b) BOOST_TEST_CONTEXT("nvfp4(4) token " << t << " block " << b) {
+        BOOST_TEST(blocks[b] == reference_block("nvfp4", tokens[t].data() + 64 * b), boost::test_tools::per_element());
+      }
+  }
+  BOOST_TEST(kvlab::builtin_registry().make_quantizer("nvfp4(0.25)").name() == "nvfp4(0.25)");
+  BOOST_TEST(kvlab::builtin_registry().make_quantizer("nvfp4(1)").name() == "nvfp4");
   // Written out by hand: mxfp4 of x_j = (j - 16) / 4 (amax 4: e = 127, d = 0.5, levels
   // 0, 0.5, 1, 1.5, 2, 3, 4, 6 doubled): x_0 = -4 is code 14 (-8 * 0.5), x_16 = 0 code 0.
   std::vector<float> ramp(128);
@@ -177,7 +209,7 @@ BOOST_AUTO_TEST_CASE(mxfp4_and_nvfp4_equal_ggmls_reference_quantizers_byte_for_b
   BOOST_TEST(ramp_block[3] == 0x1d); // x_2 = -3.5, between -3 and -4: -3 (code 13); x_18 = 0.5: code 1
 }
 
-BOOST_AUTO_TEST_CASE(scale_bytes_count_in_bytes_and_reach_every_kernel) {
+BOOST_AUTO_TEST_CASE(scale_bytes_count_in_bytes_and_survive_rotation) {
   const std::size_t tokens = 512, head_dim = 128;
   const auto values = gaussian(tokens * head_dim, 3, 1.0f);
   const auto& components = kvlab::builtin_registry();
@@ -203,19 +235,36 @@ BOOST_AUTO_TEST_CASE(scale_bytes_count_in_bytes_and_reach_every_kernel) {
   for (std::size_t t = 0; t < 4; ++t) stream.append(std::span(values).subspan(t * head_dim, head_dim), kernels);
   BOOST_TEST(stream.body().layout().bytes() == 64u + 4u); // scale=f32 does not apply to E8M0 scales
   BOOST_TEST(stream.bytes() == 4u * 68u);
+  // rht(Q) keeps Q's scale bytes: a power of two per 32 rotated values.
+  const auto rotated = components.make_quantizer("rht(mxfp4)");
+  BOOST_TEST(rotated.scale_levels().size() == 256u);
+  const auto out = kvlab::quantize_dequantize(rotated, {.tokens = 1, .channels = 32}, kvlab::param_precision::f16,
+                                              values, tokens, head_dim);
+  BOOST_TEST(out.stats.bits_per_element == 4.25);
+  BOOST_TEST(out.stats.relative_rmse < 0.2);
 }
 
 BOOST_AUTO_TEST_CASE(out_of_range_blocks_and_per_channel_groups_are_refused_by_name) {
   const auto& components = kvlab::builtin_registry();
   std::vector<float> big(16, 1.0f);
-  big[3] = 2000.0f;
+  big[3] = 3000.0f;
   BOOST_CHECK_EXCEPTION(kvlab::quantize_dequantize(components.make_quantizer("nvfp4"), {.tokens = 1, .channels = 16},
                                                    kvlab::param_precision::f16, big, 1, 16),
                         kvlab::error, [](const kvlab::error& e) {
                           return std::string(e.what()).find(
-                                     "2000 is beyond nvfp4's range (1344 without a per-tensor scale)") !=
+                                     "3000 is beyond its range (2688, 2688 times the per-tensor scale 1)") !=
                                  std::string::npos;
                         });
+  // nvfp4(2) holds twice as much: 3000 / 2 / 6 = 250 rounds up into UE4M3's top exponent,
+  // which saturates at 0x7e (448, stored halved: 224, times S), so 3000 takes 6 * 448.
+  BOOST_TEST(fp32_to_ue4m3(250.0f) == 0x7e);
+  BOOST_TEST(kvlab::quantize_dequantize(components.make_quantizer("nvfp4(2)"), {.tokens = 1, .channels = 16},
+                                        kvlab::param_precision::f16, big, 1, 16)
+                 .decoded[3] == 2688.0f);
+  // mxfp4 takes no per-tensor scale, nvfp4 no negative one and no second argument
+  BOOST_CHECK_THROW(components.make_quantizer("mxfp4(2)"), kvlab::error);
+  BOOST_CHECK_THROW(components.make_quantizer("nvfp4(-1)"), kvlab::error);
+  BOOST_CHECK_THROW(components.make_quantizer("nvfp4(1,2)"), kvlab::error);
   BOOST_CHECK_EXCEPTION(kvlab::kv_stream(components.make_quantizer("mxfp4"), {.tokens = 32, .channels = 1}, 64,
                                          kvlab::param_precision::f16, components.make_storage("flat"), {}),
                         kvlab::error, [](const kvlab::error& e) {

@@ -213,7 +213,7 @@ std::vector<std::uint8_t> ggml_reference_block(const std::string& format, const 
   if (format == "iq4_nl") {
     static const std::int8_t values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     int L[32];
-    std::fill(L, L + 32, 8); // ggml leaves a d = 0 block's codes as its buffer held them
+    std::fill(L, L + 32, 0); // a block below GROUP_MAX_EPS: d = 0, codes 0
     float amax = 0.0f, max = 0.0f, d = 0.0f;
     for (int j = 0; j < 32; ++j)
       if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
