@@ -371,7 +371,7 @@ int codec_command(int argc, char** argv) {
   const std::size_t tokens = array.shape[array.shape.size() - 2], head_dim = array.shape.back();
   kvlab::group_shape shape;
   try {
-    shape = granularity.group_shape(head_dim);
+    shape = granularity.group_shape(quantizer.stored_dim(head_dim)); // rows as a cache body stores them
   } catch (const kvlab::error& e) {
     throw kvlab::error(in + " (head_dim " + std::to_string(head_dim) + "): " + e.what());
   }

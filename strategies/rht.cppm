@@ -27,7 +27,12 @@ class randomized_hadamard {
 public:
   using component_concept = quantizer_tag;
   randomized_hadamard(any_quantizer inner, std::uint64_t seed)
-      : inner_(std::move(inner)), seed_(seed), signs_(std::make_shared<const std::vector<float>>(signs(seed))) {}
+      : inner_(std::move(inner)), seed_(seed), signs_(std::make_shared<const std::vector<float>>(signs(seed))) {
+    // A sketch's own projection is not a rotation rht could compose with; a Gaussian sketch
+    // is rotation invariant anyway (S R has the law of S).
+    if (!inner_.invertible())
+      throw error("rht(" + inner_.name() + "): " + inner_.name() + " is a sketch; rotating before it changes nothing");
+  }
   // Typed recipes: `rht{lloyd{3}}`, `rht{int_q{4}, 7}`.
   template <class Q>
     requires(!std::same_as<Q, randomized_hadamard> && Quantizer<Q>) // not a copy

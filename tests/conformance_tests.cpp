@@ -61,21 +61,31 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
       for (const std::size_t head_dim : {64u, 128u}) {
         BOOST_TEST_CONTEXT(q_name << "@" << g_name << " head_dim " << head_dim) {
           const auto quantizer = kvlab::builtin_registry().make_quantizer(q_name);
-          const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(head_dim);
+          // Groups tile the rows the body stores (a sketch's M values).
+          const std::size_t width = quantizer.stored_dim(head_dim);
+          const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(width);
           const auto values = gaussian_rows(tokens, head_dim, head_dim);
+          if (!quantizer.invertible() && shape.tokens != 1) { // a sketch's scale is its own token's norm
+            BOOST_CHECK_THROW(
+                kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim),
+                kvlab::error);
+            continue;
+          }
           const auto out =
               kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim);
 
           // Exact bits: codes plus one fp16 value per parameter per group.
           const std::size_t block = shape.tokens == 0 ? tokens : shape.tokens;
-          const std::size_t groups = (tokens + block - 1) / block * (head_dim / shape.channels);
+          const std::size_t groups = (tokens + block - 1) / block * (width / shape.channels);
           BOOST_TEST(out.stats.groups == groups);
           BOOST_TEST(out.stats.bits_per_element ==
-                     quantizer.bits() +
+                     static_cast<double>(quantizer.bits() * width) / static_cast<double>(head_dim) +
                          8.0 *
                              static_cast<double>(kvlab::param_bytes(quantizer, kvlab::param_precision::f16) * groups *
                                                  quantizer.params_per_group()) /
                              static_cast<double>(tokens * head_dim));
+          // A sketch's stored rows are not its decoded rows mapped again (qjl_tests checks them).
+          if (!quantizer.invertible()) continue;
 
           // Compare in the quantizer's own (rotated) space.
           auto x = values, y = out.decoded;
@@ -145,7 +155,8 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
   for (const auto& q_name : kvlab::builtin_registry().instances(kvlab::component_kind::quantizer)) {
     for (const auto& g_name : kvlab::builtin_registry().instances(kvlab::component_kind::granularity)) {
       const auto quantizer = kvlab::builtin_registry().make_quantizer(q_name);
-      const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(head_dim);
+      const std::size_t width = quantizer.stored_dim(head_dim);
+      const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(width);
       if (shape.tokens != 1) {
         // Token-spanning groups are the residual window's job; until then, a clear error.
         if (shape.tokens == 0)
@@ -154,7 +165,8 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
                                 kvlab::error, [](const kvlab::error& e) {
                                   return std::string(e.what()).find("use them with kvlab codec") != std::string::npos;
                                 });
-        else if (!quantizer.scale_levels().empty()) // a scale byte per block of a token's values
+        // Per token: a scale byte per block of a token's values, a sketch's norm.
+        else if (!quantizer.scale_levels().empty() || !quantizer.invertible())
           BOOST_CHECK_THROW(kvlab::kv_stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
                                              kvlab::builtin_registry().make_storage("flat"), {}),
                             kvlab::error);
@@ -172,19 +184,23 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
 
           // Exact byte count: packed codes plus fp16 parameters (or scale bytes), per token.
           const std::size_t record =
-              (head_dim * quantizer.bits() + 7) / 8 + head_dim / shape.channels * quantizer.params_per_group() *
-                                                          kvlab::param_bytes(quantizer, kvlab::param_precision::f16);
+              (width * quantizer.bits() + 7) / 8 + width / shape.channels * quantizer.params_per_group() *
+                                                       kvlab::param_bytes(quantizer, kvlab::param_precision::f16);
           BOOST_TEST(stream.body().layout().bytes() == record);
           BOOST_TEST(stream.bytes() == tokens * record);
 
           // Kernel encoding chose the reference's codes: decoding them gives the reference
           // codec's output bit for bit. The decode kernel agrees to rounding.
-          std::vector<float> decoded(head_dim), by_kernel(head_dim);
+          const auto map = quantizer.projection(head_dim);
+          std::vector<float> decoded(head_dim), by_kernel(head_dim), stored(width);
           std::vector<double> ref_scores(tokens), ref_acc(head_dim, 0.0);
           for (std::size_t t = 0; t < tokens; ++t) {
             stream.decode(t, decoded);
-            stream.body().decode(t, by_kernel, kernels);
-            if (quantizer.rotates()) quantizer.unrotate(by_kernel);
+            stream.body().decode(t, stored, kernels);
+            if (map)
+              map->adjoint(stored, by_kernel);
+            else
+              by_kernel = stored;
             for (std::size_t c = 0; c < head_dim; ++c) {
               BOOST_TEST_REQUIRE(decoded[c] == reference.decoded[t * head_dim + c], "token " << t << " channel " << c);
               BOOST_TEST_REQUIRE(std::fabs(by_kernel[c] - decoded[c]) <= 1e-5f * (1.0f + std::fabs(decoded[c])));

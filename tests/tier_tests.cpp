@@ -325,11 +325,14 @@ BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_
   for (const auto& q : kvlab::builtin_registry().instances(kvlab::component_kind::quantizer)) {
     for (const std::string granularity : {"token", "group(32)", "channel(16)"}) {
       for (const std::string tiers : {"", ",residual=20,sinks=3"}) {
-        const std::string recipe = "k=" + q + "@" + granularity + ",v=" + q + "@" + granularity + tiers;
+        const auto quantizer = kvlab::builtin_registry().make_quantizer(q);
+        // A sketch holds keys only (values are decoded and summed).
+        const std::string value = quantizer.invertible() ? q + "@" + granularity : "f16@token";
+        const std::string recipe = "k=" + q + "@" + granularity + ",v=" + value + tiers;
         BOOST_TEST_CONTEXT(recipe) {
-          if (granularity.starts_with("channel") &&
-              !kvlab::builtin_registry().make_quantizer(q).scale_levels().empty()) {
-            BOOST_CHECK_THROW(make_cache(recipe, 1, 2, 64), kvlab::error); // scale bytes are per token
+          // Scale bytes and a sketch's norm are per token.
+          if (granularity.starts_with("channel") && (!quantizer.scale_levels().empty() || !quantizer.invertible())) {
+            BOOST_CHECK_THROW(make_cache(recipe, 1, 2, 64), kvlab::error);
             continue;
           }
           auto cache = make_cache(recipe, 1, 2, 64);

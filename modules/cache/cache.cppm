@@ -36,16 +36,19 @@ inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, st
   const auto tier_bytes = [&](const any_stream& s) {
     const any_quantizer& quantizer = s.quantizer;
     const double param_bytes = static_cast<double>(kvlab::param_bytes(quantizer, r.scale));
-    const group_shape group = s.granularity.group_shape(head_dim);
+    // The body stores rows of stored_dim values (a sketch's m); fp16 tiers hold head_dim.
+    const std::size_t stored_dim = quantizer.stored_dim(head_dim);
+    const group_shape group = s.granularity.group_shape(stored_dim);
     const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
-    const double per_element = quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements;
+    const double body_token = static_cast<double>(stored_dim) *
+                              (quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements);
     // The fp16 tiers hold sinks + residual tokens, plus up to a block that is not complete yet.
     const auto row_bytes = [&](std::size_t fp16_tokens) {
       fp16_tokens = std::min(tokens, fp16_tokens);
-      return per_element * static_cast<double>(tokens - fp16_tokens) + 2.0 * static_cast<double>(fp16_tokens);
+      return body_token * static_cast<double>(tokens - fp16_tokens) + 2.0 * static_cast<double>(head_dim * fp16_tokens);
     };
     const std::size_t fp16_least = r.sinks + r.residual;
-    return static_cast<double>(streams * head_dim) *
+    return static_cast<double>(streams) *
            std::max(row_bytes(fp16_least), row_bytes(fp16_least + std::max<std::size_t>(group.tokens, 1) - 1));
   };
   return tier_bytes(r.keys) + tier_bytes(r.values) + (r.demote ? 2.0 * tier_bytes(*r.demote) : 0.0);
@@ -369,7 +372,7 @@ private:
 
   group_shape group_shape_of(const any_stream& s, const std::string& which) const {
     try {
-      return s.granularity.group_shape(head_dim_);
+      return s.granularity.group_shape(s.quantizer.stored_dim(head_dim_)); // rows as the body stores them
     } catch (const error& e) {
       throw error(which + " granularity " + s.granularity.name() + ": " + e.what());
     }

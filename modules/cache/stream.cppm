@@ -1,6 +1,6 @@
 // One (layer, KV head) stream of keys or values in three tiers, oldest first:
 //   sinks   the first S tokens, kept in fp16 (StreamingLLM's attention sinks, arXiv 2309.17453);
-//   body    quantized blocks (see body.cppm);
+//   body    quantized blocks (see coded_tier.cppm and body.cppm);
 //   window  the most recent tokens in fp16 (KIVI's residual, arXiv 2402.02750, sec. 3.3).
 // KIVI rules: a block of G tokens is quantized exactly once, as soon as all G have left the
 // last R positions; the window then holds between R and R + G - 1 tokens, never a
@@ -27,6 +27,7 @@ export module kvlab.cache:stream;
 import kvlab.core;
 import kvlab.simd;
 import :body;
+import :coded_tier;
 
 export namespace kvlab {
 
@@ -65,10 +66,10 @@ struct half_rows {
 
 class kv_stream {
 public:
-  kv_stream(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
+  kv_stream(const any_quantizer& quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
             const any_storage& storage, stream_tiers tiers, const std::optional<demotion>& demote = std::nullopt)
-      : body_(quantizer, shape, head_dim, precision, storage), quantizer_(std::move(quantizer)), head_dim_(head_dim),
-        tiers_(tiers), rotated_(head_dim), block_(body_.block_tokens() * head_dim) {
+      : body_(quantizer, shape, head_dim, precision, storage), head_dim_(head_dim), tiers_(tiers),
+        block_(body_.block_tokens() * head_dim) {
     if (demote) {
       if (demote->shape.tokens != 1)
         throw error("demote: " + demote->quantizer.name() +
@@ -94,10 +95,10 @@ public:
   std::size_t tokens_seen() const noexcept { return seen_; }
   // Position (arrival index) of every held token, in held order.
   std::span<const std::size_t> positions() const noexcept { return positions_; }
-  const quantized_body& body() const noexcept { return body_; }
+  const quantized_body& body() const noexcept { return body_.body(); }
   // What one token costs in each tier: a record's bytes over the tokens it holds.
-  double body_token_bytes() const noexcept { return token_bytes(body_); }
-  double demoted_token_bytes() const noexcept { return demoted_ ? token_bytes(*demoted_) : 0.0; }
+  double body_token_bytes() const noexcept { return body_.token_bytes(); }
+  double demoted_token_bytes() const noexcept { return demoted_ ? demoted_->token_bytes() : 0.0; }
   std::size_t half_token_bytes() const noexcept { return 2 * head_dim_; }
   // Tokens held in fp16: sinks and the residual window.
   std::size_t half_tokens() const noexcept { return sink_tokens() + window_tokens(); }
@@ -129,7 +130,7 @@ public:
       if (push_half_rows(sinks_, token, 1, kernels, refusal) == 0) throw error(refusal->what());
       last_append_.tier = newest_tier::sinks;
     } else if (tiers_.residual == 0 && body_.block_tokens() == 1) {
-      append_body(token, kernels);
+      body_.append(token, kernels);
       last_append_.tier = newest_tier::body;
     } else {
       const std::size_t before = window_tokens();
@@ -225,7 +226,6 @@ public:
     std::vector<std::size_t> moved;
     for (const std::size_t t : sorted_tokens) {
       decode(t, row);
-      if (demoted_->quantizer().rotates()) demoted_->quantizer().rotate(row);
       demoted_->append(row, kernels);
       moved.push_back(positions_[t]);
     }
@@ -241,9 +241,9 @@ public:
     const std::size_t n = tokens(), body_start = sink_tokens(), window_start = body_start + body_tokens();
     half_dot(kernels, sinks_, queries, heads, scores.data(), n);
     half_dot(kernels, window_, queries, heads, scores.data() + window_start, n);
-    body_dot(body_, kernels, queries.first(heads * head_dim_), heads, scores.data() + body_start, n);
+    body_.dot_all(kernels, queries.first(heads * head_dim_), heads, scores.data() + body_start, n);
     if (demoted_)
-      body_dot(*demoted_, kernels, queries.first(heads * head_dim_), heads, scores.data() + evictable_tokens(), n);
+      demoted_->dot_all(kernels, queries.first(heads * head_dim_), heads, scores.data() + evictable_tokens(), n);
   }
 
   // For `heads` weight rows (weights[h * tokens() + t]): acc_h += sum over held tokens t of
@@ -253,8 +253,8 @@ public:
     const std::size_t n = tokens(), body_start = sink_tokens(), window_start = body_start + body_tokens();
     half_axpy(kernels, sinks_, weights.data(), n, heads, acc);
     half_axpy(kernels, window_, weights.data() + window_start, n, heads, acc);
-    body_axpy(body_, kernels, weights.data() + body_start, n, heads, acc);
-    if (demoted_) body_axpy(*demoted_, kernels, weights.data() + evictable_tokens(), n, heads, acc);
+    body_.axpy_all(kernels, weights.data() + body_start, n, heads, acc);
+    if (demoted_) demoted_->axpy_all(kernels, weights.data() + evictable_tokens(), n, heads, acc);
   }
 
   // Reference decoder of held tokens [first, first + count) (oldest first) into out (count x
@@ -271,9 +271,8 @@ public:
     const auto halves = [&](const half_rows& rows, std::size_t from, std::size_t n, std::span<float> part) {
       for (std::size_t t = 0; t < n; ++t) read_half(rows, from + t, part.subspan(t * head_dim_, head_dim_));
     };
-    const auto body = [&](const quantized_body& b, std::size_t from, std::size_t n, std::span<float> part) {
+    const auto body = [&](const coded_tier& b, std::size_t from, std::size_t n, std::span<float> part) {
       b.decode(from, n, part);
-      for (std::size_t t = 0; t < n; ++t) b.quantizer().unrotate(part.subspan(t * head_dim_, head_dim_));
     };
     tier(sink_tokens(), std::bind_front(halves, std::cref(sinks_)));
     tier(body_tokens(), std::bind_front(body, std::cref(body_)));
@@ -326,7 +325,7 @@ private:
     if (block > 1) {
       while (window_tokens() >= tiers_.residual + block) {
         kernels.f16_to_floats(window_.data(), block * head_dim_, block_.data());
-        append_body(block_, kernels);
+        body_.append(block_, kernels);
         window_.drop_front(block * head_dim_);
         ++last_append_.blocks_flushed;
       }
@@ -384,59 +383,19 @@ private:
     if (refusal) throw *refusal;
   }
 
-  void append_body(std::span<const float> rows, const kernel_table& kernels) {
-    if (!quantizer_.rotates()) return body_.append(rows, kernels);
-    body_.append(rotate_rows(rows), kernels);
-  }
-  void append_body_tokens(std::span<const float> rows, std::size_t count, const kernel_table& kernels) {
-    if (!quantizer_.rotates()) return body_.append_tokens(rows, count, kernels);
-    body_.append_tokens(rotate_rows(rows), count, kernels);
-  }
-  // append_body_tokens(), then `taken` with the number of tokens the body took, also when
+  // body_.append_tokens(), then `taken` with the number of tokens the body took, also when
   // it stops partway by throwing (rethrown after): the caller's bookkeeping follows the body.
   template <class Taken>
   void append_body_tokens_reporting(std::span<const float> rows, std::size_t count, const kernel_table& kernels,
                                     Taken taken) {
     const std::size_t before = body_tokens();
     try {
-      append_body_tokens(rows, count, kernels);
+      body_.append_tokens(rows, count, kernels);
     } catch (...) {
       taken(body_tokens() - before);
       throw;
     }
     taken(body_tokens() - before);
-  }
-  // The rows in the rotating quantizer's basis, in scratch that keeps its capacity.
-  std::span<const float> rotate_rows(std::span<const float> rows) const {
-    rotated_.assign(rows.begin(), rows.end());
-    for (std::size_t r = 0; r < rows.size() / head_dim_; ++r)
-      quantizer_.rotate(std::span(rotated_).subspan(r * head_dim_, head_dim_));
-    return std::span(rotated_).first(rows.size());
-  }
-  // q . k = (R q) . (R k): a rotating quantizer's body is read with each query rotated once,
-  // not every key un-rotated.
-  void body_dot(const quantized_body& body, const kernel_table& kernels, std::span<const float> queries,
-                std::size_t heads, float* scores, std::size_t stride) const {
-    if (!body.quantizer().rotates()) return body.dot_all(kernels, queries, heads, scores, stride);
-    rotated_.assign(queries.begin(), queries.end());
-    for (std::size_t h = 0; h < heads; ++h)
-      body.quantizer().rotate(std::span(rotated_).subspan(h * head_dim_, head_dim_));
-    body.dot_all(kernels, rotated_, heads, scores, stride);
-  }
-  // Rotating bodies accumulate in the rotated space; each head's sum is un-rotated once.
-  void body_axpy(const quantized_body& body, const kernel_table& kernels, const float* weights, std::size_t stride,
-                 std::size_t heads, std::span<float> acc) const {
-    if (!body.quantizer().rotates()) return body.axpy_all(kernels, weights, stride, heads, acc);
-    rotated_.assign(heads * head_dim_, 0.0f);
-    body.axpy_all(kernels, weights, stride, heads, rotated_);
-    for (std::size_t h = 0; h < heads; ++h) {
-      const auto head_sum = std::span(rotated_).subspan(h * head_dim_, head_dim_);
-      body.quantizer().unrotate(head_sum);
-      for (std::size_t c = 0; c < head_dim_; ++c) acc[h * head_dim_ + c] += head_sum[c];
-    }
-  }
-  static double token_bytes(const quantized_body& body) noexcept {
-    return static_cast<double>(body.layout().bytes()) / static_cast<double>(body.block_tokens());
   }
   void check_evictable(std::span<const std::size_t> sorted_tokens) const {
     for (std::size_t i = 0; i < sorted_tokens.size(); ++i)
@@ -502,9 +461,8 @@ private:
                          rows.size() / head_dim_, acc.data());
   }
 
-  quantized_body body_;
-  std::optional<quantized_body> demoted_;
-  any_quantizer quantizer_;
+  coded_tier body_;
+  std::optional<coded_tier> demoted_;
   std::size_t head_dim_;
   stream_tiers tiers_;
   kernels::record_format half_format_;
@@ -513,7 +471,6 @@ private:
   std::size_t seen_ = 0;               // tokens ever appended
   last_append last_append_;            // what take_back_newest() undoes
   std::vector<std::size_t> positions_; // of every held token, in held order
-  mutable std::vector<float> rotated_; // scratch: rotated queries, body value sums, or rows being appended
   std::vector<float> block_;           // scratch: the rows leaving the window
 };
 

@@ -7,6 +7,7 @@ module;
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 export module kvlab.codec;
 import kvlab.core;
@@ -27,20 +28,27 @@ struct codec_output {
   codec_stats stats;
 };
 
-// `values` holds `streams` independent streams (heads) of tokens x head_dim each. In each
-// stream, groups of `shape` tile the array: shape.tokens tokens (0: all of them; a last,
-// shorter block keeps the tokens that remain) by shape.channels channels. Each group is
-// fitted, its parameters rounded to `precision`, every value encoded and decoded with the
-// quantizer's own reference functions. Statistics cover all streams.
+// `values` holds `streams` independent streams (heads) of tokens x head_dim each. Each token
+// is first mapped as a cache body stores it (the quantizer's rotation or sketch, of
+// stored_dim values; see token_projection). In each stream, groups of `shape` tile the
+// mapped rows: shape.tokens tokens (0: all of them; a last, shorter block keeps the tokens
+// that remain) by shape.channels channels. Each group is fitted, its parameters rounded to
+// `precision`, every value encoded and decoded with the quantizer's own reference
+// functions, and the decoded rows mapped back. Statistics cover all streams; bits per
+// element count codes and parameters over the input's values.
 inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_shape shape, param_precision precision,
                                         std::span<const float> values, std::size_t tokens, std::size_t head_dim,
                                         std::size_t streams = 1) {
   if (streams == 0 || tokens == 0 || head_dim == 0 || values.size() != streams * tokens * head_dim)
     throw error("codec: " + std::to_string(values.size()) + " values are not " + std::to_string(streams) +
                 " streams x " + std::to_string(tokens) + " tokens x " + std::to_string(head_dim) + " channels");
-  if (shape.channels == 0 || head_dim % shape.channels != 0)
-    throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide head_dim " +
-                std::to_string(head_dim));
+  const auto map = quantizer.projection(head_dim);
+  const std::size_t width = map ? map->stored_dim() : head_dim; // of a stored row
+  if (shape.channels == 0 || width % shape.channels != 0)
+    throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide " +
+                (width == head_dim ? "head_dim " : quantizer.name() + "'s stored row of ") + std::to_string(width));
+  if (!quantizer.invertible() && shape.tokens != 1)
+    throw error("codec: " + quantizer.name() + " sketches each token on its own; it needs per-token groups");
   // NaN/Inf policy: rejected with its position; no codec represents them faithfully.
   for (std::size_t i = 0; i < values.size(); ++i)
     if (!std::isfinite(values[i]))
@@ -49,21 +57,24 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
                   std::to_string(i / head_dim % tokens) + ", channel " + std::to_string(i % head_dim));
   const std::size_t rows = streams * tokens;
   std::vector<float> work(values.begin(), values.end());
-  if (quantizer.rotates())
-    for (std::size_t r = 0; r < rows; ++r) quantizer.rotate(std::span(work).subspan(r * head_dim, head_dim));
+  if (map) {
+    work.resize(rows * width);
+    for (std::size_t r = 0; r < rows; ++r)
+      map->key(values.subspan(r * head_dim, head_dim), std::span(work).subspan(r * width, width));
+  }
 
   const std::size_t block = shape.tokens == 0 ? tokens : shape.tokens;
   std::vector<float> group;
   std::vector<std::uint32_t> codes;
-  std::vector<float> decoded(work.size());
+  std::vector<float> stored(work.size()), decoded(values.size());
   std::size_t groups = 0;
   for (std::size_t s0 = 0; s0 < rows; s0 += tokens) { // one stream at a time
     for (std::size_t t0 = s0; t0 < s0 + tokens; t0 += block) {
       const std::size_t t1 = std::min(s0 + tokens, t0 + block);
-      for (std::size_t c0 = 0; c0 < head_dim; c0 += shape.channels) {
+      for (std::size_t c0 = 0; c0 < width; c0 += shape.channels) {
         group.clear();
         for (std::size_t t = t0; t < t1; ++t)
-          for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * head_dim + c]);
+          for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * width + c]);
         const group_params p = [&] {
           try {
             return stored_params(quantizer, group, precision);
@@ -80,13 +91,16 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
         std::size_t i = 0;
         for (std::size_t t = t0; t < t1; ++t)
           for (std::size_t c = c0; c < c0 + shape.channels; ++c)
-            decoded[t * head_dim + c] = quantizer.decode(codes[i++], p);
+            stored[t * width + c] = quantizer.decode(codes[i++], p);
         ++groups;
       }
     }
   }
-  if (quantizer.rotates())
-    for (std::size_t r = 0; r < rows; ++r) quantizer.unrotate(std::span(decoded).subspan(r * head_dim, head_dim));
+  if (map)
+    for (std::size_t r = 0; r < rows; ++r)
+      map->adjoint(std::span(stored).subspan(r * width, width), std::span(decoded).subspan(r * head_dim, head_dim));
+  else
+    decoded = std::move(stored);
   for (std::size_t i = 0; i < decoded.size(); ++i)
     if (!std::isfinite(decoded[i]))
       throw error("codec: " + quantizer.name() + " decodes token " + std::to_string(i / head_dim % tokens) +
@@ -107,8 +121,9 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
                .snr_db = 10.0 * std::log10(signal / error),
                .max_abs_error = worst,
                .relative_rmse = signal == 0.0 ? 0.0 : std::sqrt(error / signal),
-               .bits_per_element =
-                   quantizer.bits() + static_cast<double>(groups * quantizer.params_per_group()) * param_bits / n,
+               .bits_per_element = (static_cast<double>(rows * width * quantizer.bits()) +
+                                    static_cast<double>(groups * quantizer.params_per_group()) * param_bits) /
+                                   n,
                .groups = groups};
   return out;
 }

@@ -131,6 +131,8 @@ concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> &&
 //   rotate(v)/unrotate(v) an orthogonal transform of each token vector applied before fitting
 //                       (adaptors such as rht); attention then rotates the query instead of
 //                       decoding keys, and un-rotates the value sum once
+//   projection(head_dim) a token_projection (below): a sketch of each token vector that
+//                       the body stores in place of the vector (QJL)
 template <class Q>
 concept has_encoding_rule = requires(const Q q) {
   { q.encoding() } -> std::same_as<encoding_rule>;
@@ -142,6 +144,29 @@ template <class Q>
 concept rotates_tokens = requires(const Q q, std::span<float> v) {
   q.rotate(v);
   q.unrotate(v);
+};
+
+// A linear map A of each token vector into the space a body stores (head_dim d to
+// stored_dim() m), for quantizers whose stored keys are not the keys themselves (QJL's
+// sign sketch). Scores are read as <query(q), stored key>, so query() must be A; what is
+// stored is key(k), which need not be linear (QJL stores c sign(Ak)); a stored row y is
+// decoded as adjoint(y) = A^T y, and a weighted sum of rows likewise once. A rotation is
+// the case m = d, key = query = R, adjoint = R^T. Shared read-only by threads.
+class token_projection {
+public:
+  virtual ~token_projection() = default;
+  virtual std::size_t stored_dim() const = 0;
+  virtual void key(std::span<const float> token, std::span<float> stored) const = 0;
+  virtual void query(std::span<const float> token, std::span<float> stored) const = 0;
+  virtual void adjoint(std::span<const float> stored, std::span<float> token) const = 0;
+};
+//   projection(head_dim) the quantizer's token_projection for tokens of head_dim channels
+//   invertible()         whether adjoint(key(x)) == x: only then may the quantizer hold
+//                        values (attention sums their decoded rows) or demoted tokens
+template <class Q>
+concept projects_tokens = requires(const Q q, std::size_t head_dim) {
+  { q.projection(head_dim) } -> std::same_as<std::shared_ptr<const token_projection>>;
+  { q.invertible() } -> std::same_as<bool>;
 };
 
 // The elements of one (layer, KV head) stream that share parameters: `tokens` consecutive

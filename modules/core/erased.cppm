@@ -2,6 +2,7 @@
 // line, sweeps) and typed recipes (kvlab.compose) meet in one any_recipe. any_schedule is
 // in :schedule.
 module;
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -53,6 +54,16 @@ public:
   bool rotates() const { return self_->rotates(); }
   void rotate(std::span<float> token) const { self_->rotate(token); }
   void unrotate(std::span<float> token) const { self_->unrotate(token); }
+  // The map from tokens of head_dim channels to what the body stores: the quantizer's own
+  // projection (projects_tokens), its rotation, or null (the body stores the tokens).
+  std::shared_ptr<const token_projection> projection(std::size_t head_dim) const { return self_->projection(head_dim); }
+  // Values per stored row: the projection's stored_dim, else head_dim.
+  std::size_t stored_dim(std::size_t head_dim) const {
+    const auto map = projection(head_dim);
+    return map ? map->stored_dim() : head_dim;
+  }
+  // Whether decoding gives the tokens back (every quantizer but a sketch such as QJL).
+  bool invertible() const { return self_->invertible(); }
 
 private:
   struct concept_t {
@@ -73,6 +84,25 @@ private:
     virtual bool rotates() const = 0;
     virtual void rotate(std::span<float>) const = 0;
     virtual void unrotate(std::span<float>) const = 0;
+    virtual std::shared_ptr<const token_projection> projection(std::size_t) const = 0;
+    virtual bool invertible() const = 0;
+  };
+  // A rotating quantizer's rotation as a token_projection (stored_dim = head_dim).
+  template <class Q>
+  struct rotation final : token_projection {
+    rotation(Q q, std::size_t head_dim) : q(std::move(q)), head_dim(head_dim) {}
+    std::size_t stored_dim() const override { return head_dim; }
+    void key(std::span<const float> token, std::span<float> stored) const override { query(token, stored); }
+    void query(std::span<const float> token, std::span<float> stored) const override {
+      std::copy(token.begin(), token.end(), stored.begin());
+      q.rotate(stored.first(token.size()));
+    }
+    void adjoint(std::span<const float> stored, std::span<float> token) const override {
+      std::copy(stored.begin(), stored.end(), token.begin());
+      q.unrotate(token.first(stored.size()));
+    }
+    Q q;
+    std::size_t head_dim;
   };
   template <class Q>
   struct model final : concept_t {
@@ -110,6 +140,15 @@ private:
     }
     void unrotate(std::span<float> token) const override {
       if constexpr (rotates_tokens<Q>) q.unrotate(token);
+    }
+    std::shared_ptr<const token_projection> projection(std::size_t head_dim) const override {
+      if constexpr (projects_tokens<Q>) return q.projection(head_dim);
+      if constexpr (rotates_tokens<Q>) return std::make_shared<const rotation<Q>>(q, head_dim);
+      return nullptr;
+    }
+    bool invertible() const override {
+      if constexpr (projects_tokens<Q>) return q.invertible();
+      return true;
     }
     Q q;
   };

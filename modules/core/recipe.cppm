@@ -104,6 +104,13 @@ inline void check_recipe(const any_recipe& r) {
   if (!evicts(r) && extras)
     throw error("recipe '" + canonical_name(r) +
                 "': alloc, gqa, compress and demote need an eviction policy (evict=...)");
+  // A sketch (QJL) estimates inner products; attention would sum its decoded rows as values.
+  if (!r.values.quantizer.invertible())
+    throw error("recipe '" + canonical_name(r) + "': v=" + r.values.quantizer.name() +
+                " is a sketch whose tokens cannot be decoded back; it may hold keys (k=) only");
+  if (r.demote && !r.demote->quantizer.invertible())
+    throw error("recipe '" + canonical_name(r) + "': demote=" + r.demote->quantizer.name() +
+                " is a sketch whose tokens cannot be decoded back; demoted tiers hold values too");
   if (r.budget && r.eviction.evicts())
     throw error("recipe '" + canonical_name(r) + "': the eviction policy is given twice (evict= and budget=)");
   if (r.budget && !(r.budget->bytes_per_token > 0.0 && r.budget->bytes_per_token <= max_budget_bytes))
