@@ -32,6 +32,8 @@ public:
     // is rotation invariant anyway (S R has the law of S).
     if (!inner_.invertible())
       throw error("rht(" + inner_.name() + "): " + inner_.name() + " is a sketch; rotating before it changes nothing");
+    if (inner_.residual())
+      throw error("rht(" + inner_.name() + "): rotate inside the residual instead, as in residual(rht(P),R)");
   }
   // Typed recipes: `rht{lloyd{3}}`, `rht{int_q{4}, 7}`.
   template <class Q>

@@ -65,7 +65,8 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
           const std::size_t width = quantizer.stored_dim(head_dim);
           const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(width);
           const auto values = gaussian_rows(tokens, head_dim, head_dim);
-          if (!quantizer.invertible() && shape.tokens != 1) { // a sketch's scale is its own token's norm
+          // A sketch's scale is its own token's norm; a residual is encoded per token.
+          if ((!quantizer.invertible() || quantizer.residual()) && shape.tokens != 1) {
             BOOST_CHECK_THROW(
                 kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim),
                 kvlab::error);
@@ -73,6 +74,7 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
           }
           const auto out =
               kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim);
+          if (quantizer.residual()) continue; // two quantizers' sum: residual_tests
 
           // Exact bits: codes plus one fp16 value per parameter per group.
           const std::size_t block = shape.tokens == 0 ? tokens : shape.tokens;
@@ -165,8 +167,8 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
                                 kvlab::error, [](const kvlab::error& e) {
                                   return std::string(e.what()).find("use them with kvlab codec") != std::string::npos;
                                 });
-        // Per token: a scale byte per block of a token's values, a sketch's norm.
-        else if (!quantizer.scale_levels().empty() || !quantizer.invertible())
+        // Per token: a scale byte per block of a token's values, a sketch's norm, a residual.
+        else if (!quantizer.scale_levels().empty() || !quantizer.invertible() || quantizer.residual())
           BOOST_CHECK_THROW(kvlab::kv_stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
                                              kvlab::builtin_registry().make_storage("flat"), {}),
                             kvlab::error);
@@ -187,7 +189,7 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
               (width * quantizer.bits() + 7) / 8 + width / shape.channels * quantizer.params_per_group() *
                                                        kvlab::param_bytes(quantizer, kvlab::param_precision::f16);
           BOOST_TEST(stream.body().layout().bytes() == record);
-          BOOST_TEST(stream.bytes() == tokens * record);
+          if (!quantizer.residual()) BOOST_TEST(stream.bytes() == tokens * record); // else residual_tests
 
           // Kernel encoding chose the reference's codes: decoding them gives the reference
           // codec's output bit for bit. The decode kernel agrees to rounding.
@@ -203,7 +205,8 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
               by_kernel = stored;
             for (std::size_t c = 0; c < head_dim; ++c) {
               BOOST_TEST_REQUIRE(decoded[c] == reference.decoded[t * head_dim + c], "token " << t << " channel " << c);
-              BOOST_TEST_REQUIRE(std::fabs(by_kernel[c] - decoded[c]) <= 1e-5f * (1.0f + std::fabs(decoded[c])));
+              if (!quantizer.residual()) // the body's own records: a residual tier adds to them
+                BOOST_TEST_REQUIRE(std::fabs(by_kernel[c] - decoded[c]) <= 1e-5f * (1.0f + std::fabs(decoded[c])));
               ref_scores[t] += double{query[c]} * decoded[c];
               ref_acc[c] += double{weights[t]} * decoded[c];
             }

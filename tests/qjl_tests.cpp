@@ -12,20 +12,13 @@
 #include <vector>
 import kvlab;
 
+#include "estimator_test_helpers.hpp"
+
 namespace {
 
-std::vector<float> gaussian(std::size_t n, std::uint64_t seed, std::uint64_t stream = 0) {
-  kvlab::random_stream random(seed, stream);
-  std::vector<float> x(n);
-  for (auto& v : x) v = static_cast<float>(random.normal());
-  return x;
-}
-
-double dot(std::span<const float> a, std::span<const float> b) {
-  double sum = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) sum += double{a[i]} * b[i];
-  return sum;
-}
+using kvlab_test::dot;
+using kvlab_test::gaussian;
+using kvlab_test::mean_sd;
 
 // The paper's estimator, from its definition: S's row i is the first d draws of
 // random_stream(seed, i); score = sqrt(pi/2)/m * |k| * sum_i (S_i . q) sign(S_i . k).
@@ -49,15 +42,6 @@ kvlab::kv_stream key_stream(const kvlab::any_quantizer& quantizer, std::size_t h
   const std::size_t m = quantizer.stored_dim(head_dim);
   return kvlab::kv_stream(quantizer, {.tokens = 1, .channels = m}, head_dim, precision,
                           kvlab::builtin_registry().make_storage("flat"), {});
-}
-
-// Mean and standard deviation of a sample.
-std::pair<double, double> mean_sd(const std::vector<double>& x) {
-  double sum = 0.0, squares = 0.0;
-  for (const double v : x) sum += v;
-  const double mean = sum / static_cast<double>(x.size());
-  for (const double v : x) squares += (v - mean) * (v - mean);
-  return {mean, std::sqrt(squares / static_cast<double>(x.size() - 1))};
 }
 
 enum class pair_kind { independent, parallel, orthogonal };

@@ -330,8 +330,9 @@ BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_
         const std::string value = quantizer.invertible() ? q + "@" + granularity : "f16@token";
         const std::string recipe = "k=" + q + "@" + granularity + ",v=" + value + tiers;
         BOOST_TEST_CONTEXT(recipe) {
-          // Scale bytes and a sketch's norm are per token.
-          if (granularity.starts_with("channel") && (!quantizer.scale_levels().empty() || !quantizer.invertible())) {
+          // Scale bytes, a sketch's norm and a residual are per token.
+          if (granularity.starts_with("channel") &&
+              (!quantizer.scale_levels().empty() || !quantizer.invertible() || quantizer.residual())) {
             BOOST_CHECK_THROW(make_cache(recipe, 1, 2, 64), kvlab::error);
             continue;
           }

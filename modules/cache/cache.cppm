@@ -40,8 +40,12 @@ inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, st
     const std::size_t stored_dim = quantizer.stored_dim(head_dim);
     const group_shape group = s.granularity.group_shape(stored_dim);
     const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
-    const double body_token = static_cast<double>(stored_dim) *
-                              (quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements);
+    double body_token = static_cast<double>(stored_dim) *
+                        (quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements);
+    // residual(P,R): R's record per token, one group per stored row.
+    for (auto rest = quantizer.residual(); rest; rest = rest->residual())
+      body_token += static_cast<double>(rest->stored_dim(head_dim)) * rest->bits() / 8.0 +
+                    rest->params_per_group() * static_cast<double>(kvlab::param_bytes(*rest, r.scale));
     // The fp16 tiers hold sinks + residual tokens, plus up to a block that is not complete yet.
     const auto row_bytes = [&](std::size_t fp16_tokens) {
       fp16_tokens = std::min(tokens, fp16_tokens);

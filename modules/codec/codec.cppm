@@ -47,8 +47,9 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
   if (shape.channels == 0 || width % shape.channels != 0)
     throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide " +
                 (width == head_dim ? "head_dim " : quantizer.name() + "'s stored row of ") + std::to_string(width));
-  if (!quantizer.invertible() && shape.tokens != 1)
-    throw error("codec: " + quantizer.name() + " sketches each token on its own; it needs per-token groups");
+  if ((!quantizer.invertible() || quantizer.residual()) && shape.tokens != 1)
+    throw error("codec: " + quantizer.name() + " encodes each token on its own (a sketch or a residual); it needs " +
+                "per-token groups");
   // NaN/Inf policy: rejected with its position; no codec represents them faithfully.
   for (std::size_t i = 0; i < values.size(); ++i)
     if (!std::isfinite(values[i]))
@@ -106,6 +107,17 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
       throw error("codec: " + quantizer.name() + " decodes token " + std::to_string(i / head_dim % tokens) +
                   ", channel " + std::to_string(i % head_dim) + " to " + format_number(decoded[i]) +
                   "; the data is too large for it, scale it down");
+  // residual(P,R): R encodes what P's decode leaves of each token, as a cache's residual
+  // tier does (one group per stored row), and the two decodes add.
+  double residual_bits = 0.0;
+  if (const auto rest = quantizer.residual()) {
+    std::vector<float> left(values.size());
+    for (std::size_t i = 0; i < left.size(); ++i) left[i] = values[i] - decoded[i];
+    const auto part = quantize_dequantize(*rest, {.tokens = 1, .channels = rest->stored_dim(head_dim)}, precision, left,
+                                          tokens, head_dim, streams);
+    for (std::size_t i = 0; i < decoded.size(); ++i) decoded[i] += part.decoded[i];
+    residual_bits = part.stats.bits_per_element;
+  }
 
   codec_output out{std::move(decoded), {}};
   double error = 0.0, signal = 0.0, worst = 0.0;
@@ -123,7 +135,8 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
                .relative_rmse = signal == 0.0 ? 0.0 : std::sqrt(error / signal),
                .bits_per_element = (static_cast<double>(rows * width * quantizer.bits()) +
                                     static_cast<double>(groups * quantizer.params_per_group()) * param_bits) /
-                                   n,
+                                       n +
+                                   residual_bits,
                .groups = groups};
   return out;
 }

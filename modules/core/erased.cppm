@@ -3,9 +3,11 @@
 // in :schedule.
 module;
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -16,6 +18,14 @@ import :concepts;
 import :eviction;
 
 export namespace kvlab {
+
+class any_quantizer;
+// Optional part of a Quantizer:
+//   residual() a second quantizer for what the first leaves of each token (residual(P,R))
+template <class Q>
+concept has_residual = requires(const Q q) {
+  { q.residual() } -> std::same_as<any_quantizer>;
+};
 
 class any_quantizer {
 public:
@@ -64,6 +74,8 @@ public:
   }
   // Whether decoding gives the tokens back (every quantizer but a sketch such as QJL).
   bool invertible() const { return self_->invertible(); }
+  // The quantizer of each token's residual, if any (has_residual).
+  std::optional<any_quantizer> residual() const { return self_->residual(); }
 
 private:
   struct concept_t {
@@ -86,6 +98,7 @@ private:
     virtual void unrotate(std::span<float>) const = 0;
     virtual std::shared_ptr<const token_projection> projection(std::size_t) const = 0;
     virtual bool invertible() const = 0;
+    virtual std::optional<any_quantizer> residual() const = 0;
   };
   // A rotating quantizer's rotation as a token_projection (stored_dim = head_dim).
   template <class Q>
@@ -149,6 +162,10 @@ private:
     bool invertible() const override {
       if constexpr (projects_tokens<Q>) return q.invertible();
       return true;
+    }
+    std::optional<any_quantizer> residual() const override {
+      if constexpr (has_residual<Q>) return q.residual();
+      return std::nullopt;
     }
     Q q;
   };
