@@ -41,8 +41,10 @@ inline configs::experiment_output run(const registry& components) {
     for (std::size_t c = 0; c < head_dim; ++c) unit[v * head_dim + c] /= static_cast<float>(std::sqrt(norm));
   }
   std::vector<any_quantizer> quantizers;
+  // Sketches and residual sums are not b-bit codes of the vector: residual_tests and
+  // qjl_tests judge them by their inner products.
   for (const auto& name : components.instances(component_kind::quantizer))
-    quantizers.push_back(components.make_quantizer(name));
+    if (const auto q = components.make_quantizer(name); q.invertible() && !q.residual()) quantizers.push_back(q);
   for (const auto& extra : rotated_variants())
     if (std::ranges::none_of(quantizers, [&](const any_quantizer& q) { return q.name() == extra.name(); }))
       quantizers.push_back(extra);

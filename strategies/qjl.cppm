@@ -8,8 +8,10 @@
 // absmax scale stores exactly up to the scale's rounding. Keys only: decoding gives
 // S^T c sign(S k), an unbiased but noisy key (E|decoded - k|^2 = |k|^2 (pi d/2 - 1)/M), so
 // a recipe refuses it for values and demoted tokens, and groups hold one token.
-// Row i of S is drawn from random_stream(seed, i), so S for a smaller d is a column prefix
-// of S for a larger one, and the same seed gives the same sketch on every machine.
+// Row i of S is drawn from random_stream(seed, 2^56 + i), so S for a smaller d is a column
+// prefix of S for a larger one, the same seed gives the same sketch on every machine, and S
+// is independent of rht's signs (streams below 2^56) under one seed, as TurboQuant's
+// inner-product variant needs.
 // Not here: the paper's split of outlier channels (sketched apart, with their own norms),
 // which picks the channels per layer and head from the prompt's keys.
 // Paper: QJL, arXiv 2406.03482, sec. 3 (the QJL transform and its inner-product estimator).
@@ -38,7 +40,7 @@ public:
       : head_dim_(head_dim), sketch_bits_(sketch_bits), rows_(sketch_bits * head_dim),
         norm_factor_(std::sqrt(std::numbers::pi / 2.0) / static_cast<double>(sketch_bits)) {
     for (std::size_t i = 0; i < sketch_bits; ++i) {
-      random_stream draws(seed, i);
+      random_stream draws(seed, first_stream + i);
       for (std::size_t j = 0; j < head_dim; ++j) rows_[i * head_dim + j] = static_cast<float>(draws.normal());
     }
   }
@@ -60,6 +62,8 @@ public:
       for (std::size_t j = 0; j < head_dim_; ++j) token[j] += stored[i] * row[j];
     }
   }
+
+  static constexpr std::uint64_t first_stream = std::uint64_t{1} << 56; // of S's rows
 
 private:
   // Eight partial sums in a fixed order: vectorized by the compiler, the same bits everywhere.

@@ -22,7 +22,11 @@ class residual_sum {
 public:
   using component_concept = quantizer_tag;
   residual_sum(any_quantizer primary, any_quantizer residual)
-      : primary_(std::move(primary)), residual_(std::move(residual)) {}
+      : primary_(std::move(primary)), residual_(std::move(residual)) {
+    // The body encodes with P's element codec only, which would drop P's own residual.
+    if (primary_.residual())
+      throw error(name() + ": the first quantizer has a residual of its own; write residual(P,residual(R1,R2))");
+  }
   // Typed recipes: `residual{rht{lloyd{2}}, qjl{}}`.
   template <Quantizer P, Quantizer R>
     requires(!std::same_as<P, any_quantizer>)

@@ -200,6 +200,7 @@ BOOST_AUTO_TEST_CASE(recipes_of_residual_quantizers) {
   refused("k=rht(residual(int4,int2))@token", "rotate inside the residual");
   refused("k=residual(int4,int2)@channel(32)", "needs per-token groups");
   refused("k=residual(int4)@token", "takes 2 arguments");
+  refused("k=residual(residual(int4,int2),int2)@token", "a residual of its own");
   const auto recipe =
       kvlab::parse_recipe("k=residual(rht(lloyd2),qjl(128))@token,v=residual(int4,int2)@group(32)", components);
   BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe(kvlab::canonical_name(recipe), components)) ==

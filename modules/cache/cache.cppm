@@ -40,11 +40,14 @@ inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, st
     const std::size_t stored_dim = quantizer.stored_dim(head_dim);
     const group_shape group = s.granularity.group_shape(stored_dim);
     const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
-    double body_token = static_cast<double>(stored_dim) *
-                        (quantizer.bits() / 8.0 + quantizer.params_per_group() * param_bytes / group_elements);
+    // A record's codes are whole bytes: a block of group.tokens tokens (per-token: one).
+    const std::size_t block = std::max<std::size_t>(group.tokens, 1);
+    double body_token =
+        static_cast<double>((block * stored_dim * quantizer.bits() + 7) / 8) / static_cast<double>(block) +
+        static_cast<double>(stored_dim) * quantizer.params_per_group() * param_bytes / group_elements;
     // residual(P,R): R's record per token, one group per stored row.
     for (auto rest = quantizer.residual(); rest; rest = rest->residual())
-      body_token += static_cast<double>(rest->stored_dim(head_dim)) * rest->bits() / 8.0 +
+      body_token += static_cast<double>((rest->stored_dim(head_dim) * rest->bits() + 7) / 8) +
                     rest->params_per_group() * static_cast<double>(kvlab::param_bytes(*rest, r.scale));
     // The fp16 tiers hold sinks + residual tokens, plus up to a block that is not complete yet.
     const auto row_bytes = [&](std::size_t fp16_tokens) {

@@ -142,10 +142,10 @@ private:
   void append_residuals(std::span<const float> rows, std::size_t before, const kernel_table& kernels) {
     const std::size_t taken = tokens() - before, held = residual_->tokens();
     if (taken == 0) return;
-    residual_part_.resize(taken * head_dim_);
-    decode_own(before, taken, residual_part_);
-    for (std::size_t i = 0; i < taken * head_dim_; ++i) residual_part_[i] = rows[i] - residual_part_[i];
     try {
+      residual_part_.resize(taken * head_dim_);
+      decode_own(before, taken, residual_part_);
+      for (std::size_t i = 0; i < taken * head_dim_; ++i) residual_part_[i] = rows[i] - residual_part_[i];
       residual_->append_tokens(residual_part_, taken, kernels);
     } catch (...) {
       body_.pop_back_tokens(taken - (residual_->tokens() - held));

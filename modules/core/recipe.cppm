@@ -111,6 +111,9 @@ inline void check_recipe(const any_recipe& r) {
   if (r.demote && !r.demote->quantizer.invertible())
     throw error("recipe '" + canonical_name(r) + "': demote=" + r.demote->quantizer.name() +
                 " is a sketch whose tokens cannot be decoded back; demoted tiers hold values too");
+  if (r.demote && !r.keys.quantizer.invertible())
+    throw error("recipe '" + canonical_name(r) + "': demote= re-encodes decoded keys, and k=" +
+                r.keys.quantizer.name() + " is a sketch whose decoded keys are too noisy to re-encode");
   if (r.budget && r.eviction.evicts())
     throw error("recipe '" + canonical_name(r) + "': the eviction policy is given twice (evict= and budget=)");
   if (r.budget && !(r.budget->bytes_per_token > 0.0 && r.budget->bytes_per_token <= max_budget_bytes))
