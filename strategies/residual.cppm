@@ -4,7 +4,7 @@
 // R's groups are whole stored rows (one per token). With R a sketch (qjl) the sum is an
 // unbiased inner-product quantizer: residual(rht(lloyd<b-1>),qjl) is TurboQuant's
 // inner-product variant at b bits per channel (plus P's scales and R's norm).
-// P's element codec is the body's: P's codes are chosen against its stored parameters, as
+// P's element codec (or codec of whole groups) is the body's: P's codes are chosen against its stored parameters, as
 // under rht(...) (ggml's group encoders are not forwarded).
 // Paper: TurboQuant, arXiv 2504.19874, sec. 3.2 (Algorithm 2, TurboQuant_prod).
 module;
@@ -44,6 +44,9 @@ public:
   float decode(std::uint32_t code, group_params p) const { return primary_.decode(code, p); }
   std::span<const float> scale_levels() const { return primary_.scale_levels(); }
   std::uint8_t scale_code(float scale) const { return primary_.scale_code(scale); }
+  std::shared_ptr<const kvlab::group_codec> group_codec(std::size_t channels) const {
+    return primary_.group_codec(channels);
+  }
 
   // P's map (its rotation, say); R maps the residual itself.
   std::shared_ptr<const token_projection> projection(std::size_t head_dim) const {

@@ -54,6 +54,10 @@ public:
   float decode(std::uint32_t code, group_params p) const { return inner_.decode(code, p); }
   std::span<const float> scale_levels() const { return inner_.scale_levels(); }
   std::uint8_t scale_code(float scale) const { return inner_.scale_code(scale); }
+  // Q's codec of whole groups (rht(polar): PolarQuant's rotation, then its angles), if any.
+  std::shared_ptr<const kvlab::group_codec> group_codec(std::size_t channels) const {
+    return inner_.group_codec(channels);
+  }
 
   void rotate(std::span<float> token) const {
     apply_signs(token);

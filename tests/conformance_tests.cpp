@@ -34,9 +34,21 @@ double float_format_tolerance(kvlab::element_format format) {
   case kvlab::element_format::f32: return 0.0;
   case kvlab::element_format::f16: return 0x1p-11;
   case kvlab::element_format::bf16: return 0x1p-8;
-  case kvlab::element_format::codebook: break;
+  case kvlab::element_format::codebook:
+  case kvlab::element_format::group_code: break;
   }
   return 0.0;
+}
+
+// Whether a quantizer of whole groups (polar) codes groups of this shape: one token's
+// channels, as many as its blocks tile.
+bool codes_whole_groups_of(const kvlab::any_quantizer& quantizer, kvlab::group_shape shape) {
+  if (shape.tokens != 1) return false;
+  try {
+    return quantizer.group_codec(shape.channels) != nullptr;
+  } catch (const kvlab::error&) {
+    return false;
+  }
 }
 
 } // namespace
@@ -65,8 +77,11 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
           const std::size_t width = quantizer.stored_dim(head_dim);
           const auto shape = kvlab::builtin_registry().make_granularity(g_name).group_shape(width);
           const auto values = gaussian_rows(tokens, head_dim, head_dim);
-          // A sketch's scale is its own token's norm; a residual is encoded per token.
-          if ((!quantizer.invertible() || quantizer.residual()) && shape.tokens != 1) {
+          // A sketch's scale is its own token's norm; a residual is encoded per token; a
+          // code of whole groups needs groups its blocks tile.
+          const bool whole_groups = quantizer.format() == kvlab::element_format::group_code;
+          if (((!quantizer.invertible() || quantizer.residual()) && shape.tokens != 1) ||
+              (whole_groups && !codes_whole_groups_of(quantizer, shape))) {
             BOOST_CHECK_THROW(
                 kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim),
                 kvlab::error);
@@ -81,13 +96,16 @@ BOOST_AUTO_TEST_CASE(every_quantizer_at_every_granularity_encodes_to_the_nearest
           const std::size_t groups = (tokens + block - 1) / block * (width / shape.channels);
           BOOST_TEST(out.stats.groups == groups);
           BOOST_TEST(out.stats.bits_per_element ==
-                     static_cast<double>(quantizer.bits() * width) / static_cast<double>(head_dim) +
+                     static_cast<double>(quantizer.row_code_bits(width, shape.channels)) /
+                             static_cast<double>(head_dim) +
                          8.0 *
                              static_cast<double>(kvlab::param_bytes(quantizer, kvlab::param_precision::f16) * groups *
                                                  quantizer.params_per_group()) /
                              static_cast<double>(tokens * head_dim));
           // A sketch's stored rows are not its decoded rows mapped again (qjl_tests checks them).
           if (!quantizer.invertible()) continue;
+          // A code of whole groups has no level per value (polar_tests checks its angles).
+          if (whole_groups) continue;
 
           // Compare in the quantizer's own (rotated) space.
           auto x = values, y = out.decoded;
@@ -167,12 +185,20 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
                                 kvlab::error, [](const kvlab::error& e) {
                                   return std::string(e.what()).find("use them with kvlab codec") != std::string::npos;
                                 });
-        // Per token: a scale byte per block of a token's values, a sketch's norm, a residual.
-        else if (!quantizer.scale_levels().empty() || !quantizer.invertible() || quantizer.residual())
+        // Per token: a scale byte per block of a token's values, a sketch's norm, a residual,
+        // a code of whole groups.
+        else if (!quantizer.scale_levels().empty() || !quantizer.invertible() || quantizer.residual() ||
+                 quantizer.format() == kvlab::element_format::group_code)
           BOOST_CHECK_THROW(kvlab::kv_stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
                                              kvlab::builtin_registry().make_storage("flat"), {}),
                             kvlab::error);
         continue; // token-spanning groups: see the tier tests
+      }
+      if (quantizer.format() == kvlab::element_format::group_code && !codes_whole_groups_of(quantizer, shape)) {
+        BOOST_CHECK_THROW(kvlab::kv_stream(quantizer, shape, head_dim, kvlab::param_precision::f16,
+                                           kvlab::builtin_registry().make_storage("flat"), {}),
+                          kvlab::error);
+        continue;
       }
       const auto reference =
           kvlab::quantize_dequantize(quantizer, shape, kvlab::param_precision::f16, values, tokens, head_dim);
@@ -185,9 +211,9 @@ BOOST_AUTO_TEST_CASE(cache_streams_on_every_isa_store_exactly_what_the_reference
             stream.append(std::span(values).subspan(t * head_dim, head_dim), kernels);
 
           // Exact byte count: packed codes plus fp16 parameters (or scale bytes), per token.
-          const std::size_t record =
-              (width * quantizer.bits() + 7) / 8 + width / shape.channels * quantizer.params_per_group() *
-                                                       kvlab::param_bytes(quantizer, kvlab::param_precision::f16);
+          const std::size_t record = (quantizer.row_code_bits(width, shape.channels) + 7) / 8 +
+                                     width / shape.channels * quantizer.params_per_group() *
+                                         kvlab::param_bytes(quantizer, kvlab::param_precision::f16);
           BOOST_TEST(stream.body().layout().bytes() == record);
           if (!quantizer.residual()) BOOST_TEST(stream.bytes() == tokens * record); // else residual_tests
 

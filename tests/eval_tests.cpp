@@ -332,11 +332,13 @@ BOOST_AUTO_TEST_CASE(data_beyond_the_float_and_fp16_ranges_is_refused_with_the_r
 // The memory check's cache estimate bounds what the cache holds, and closely.
 BOOST_AUTO_TEST_CASE(cache_estimate_is_a_tight_upper_bound_without_eviction) {
   const auto data = kvlab::load_data("synthetic:gaussian(L=2,H=2,Q=4,T=512,D=64,seed=3)");
-  for (const std::string text : {"k=int8@token,v=int8@token", "k=uint2@channel(32),v=uint2@group(32),residual=128",
-                                 "k=f32@token,v=f16@token,scale=f32,sinks=4", "k=rht(lloyd3)@token,v=nf4@group(32)",
-                                 "k=qjl(256)@token,v=int4@group(32)", "k=qjl(100)@token,v=f16@token",
-                                 "k=qjl(32)@group(16),v=f16@token,residual=40",
-                                 "k=residual(rht(lloyd2),qjl)@token,v=residual(int4,int2)@group(32),residual=16"}) {
+  for (const std::string text :
+       {"k=int8@token,v=int8@token", "k=uint2@channel(32),v=uint2@group(32),residual=128",
+        "k=f32@token,v=f16@token,scale=f32,sinks=4", "k=rht(lloyd3)@token,v=nf4@group(32)",
+        "k=qjl(256)@token,v=int4@group(32)", "k=qjl(100)@token,v=f16@token",
+        "k=qjl(32)@group(16),v=f16@token,residual=40",
+        "k=residual(rht(lloyd2),qjl)@token,v=residual(int4,int2)@group(32),residual=16",
+        "k=rht(polar)@token,v=polar(3,2,2)@group(32),sinks=2", "k=residual(rht(polar),qjl)@token,v=polar@group(16)"}) {
     BOOST_TEST_CONTEXT(text) {
       const auto recipe = kvlab::parse_recipe(text, kvlab::builtin_registry());
       const double estimate = kvlab::estimated_cache_bytes(recipe, 4, 512, 64);

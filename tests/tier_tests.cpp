@@ -330,9 +330,10 @@ BOOST_AUTO_TEST_CASE(decode_attention_over_every_recipe_matches_dequantize_then_
         const std::string value = quantizer.invertible() ? q + "@" + granularity : "f16@token";
         const std::string recipe = "k=" + q + "@" + granularity + ",v=" + value + tiers;
         BOOST_TEST_CONTEXT(recipe) {
-          // Scale bytes, a sketch's norm and a residual are per token.
+          // Scale bytes, a sketch's norm, a residual and a code of whole groups are per token.
           if (granularity.starts_with("channel") &&
-              (!quantizer.scale_levels().empty() || !quantizer.invertible() || quantizer.residual())) {
+              (!quantizer.scale_levels().empty() || !quantizer.invertible() || quantizer.residual() ||
+               quantizer.format() == kvlab::element_format::group_code)) {
             BOOST_CHECK_THROW(make_cache(recipe, 1, 2, 64), kvlab::error);
             continue;
           }

@@ -5,6 +5,8 @@
 // Per-channel blocks are stored as one record per token row of codes plus one record of
 // parameters per block, so eviction can free single tokens: a row's codes stay valid
 // under its block's parameters, and the parameters go when the block's last token does.
+// A quantizer of whole groups (group_code: PolarQuant) writes each group's code, one after
+// another, per token.
 module;
 #include "kernels.hpp"
 
@@ -35,10 +37,12 @@ struct record_layout {
   unsigned bits = 0;
   unsigned params_per_group = 0;
   std::size_t param_bytes = 2;
+  std::size_t group_code_bits = 0; // group_code formats (bits is 0): one group's code
 
   std::size_t groups() const noexcept { return head_dim / group_channels; }
-  std::size_t row_code_bytes() const noexcept { return (head_dim * bits + 7) / 8; }
-  std::size_t code_bytes() const noexcept { return (block_tokens * head_dim * bits + 7) / 8; }
+  std::size_t row_code_bits() const noexcept { return group_code_bits ? groups() * group_code_bits : head_dim * bits; }
+  std::size_t row_code_bytes() const noexcept { return (row_code_bits() + 7) / 8; }
+  std::size_t code_bytes() const noexcept { return (block_tokens * row_code_bits() + 7) / 8; }
   std::size_t bytes() const noexcept { return code_bytes() + groups() * params_per_group * param_bytes; }
 };
 
@@ -57,12 +61,14 @@ class quantized_body {
 public:
   quantized_body(any_quantizer quantizer, group_shape shape, std::size_t head_dim, param_precision precision,
                  const any_storage& storage)
-      : quantizer_(std::move(quantizer)), layout_{.head_dim = head_dim,
-                                                  .block_tokens = shape.tokens,
-                                                  .group_channels = shape.channels,
-                                                  .bits = quantizer_.bits(),
-                                                  .params_per_group = quantizer_.params_per_group(),
-                                                  .param_bytes = param_bytes(quantizer_, precision)},
+      : quantizer_(std::move(quantizer)), codec_(group_codec_of(quantizer_, shape, head_dim)),
+        layout_{.head_dim = head_dim,
+                .block_tokens = shape.tokens,
+                .group_channels = shape.channels,
+                .bits = quantizer_.bits(),
+                .params_per_group = quantizer_.params_per_group(),
+                .param_bytes = param_bytes(quantizer_, precision),
+                .group_code_bits = codec_ ? codec_->code_bits() : 0},
         precision_(precision), rule_(quantizer_.encoding()),
         thresholds_(rule_.thresholds.data(), static_cast<unsigned>(rule_.thresholds.size())) {
     if (shape.tokens == 0)
@@ -93,7 +99,9 @@ public:
                .params_f32 = layout_.param_bytes == 4,
                .scale_levels = layout_.param_bytes == 1 ? quantizer_.scale_levels().data() : nullptr,
                .offset = static_cast<float>(rule_.offset),
-               .levels = quantizer_.levels().data()};
+               .levels = quantizer_.levels().data(),
+               .decode_record = codec_ ? &decode_group_record : nullptr,
+               .codec = codec_.get()};
   }
 
   const record_layout& layout() const noexcept { return layout_; }
@@ -230,6 +238,7 @@ public:
   // The record of one block, without storing it (`record` has layout().bytes() bytes).
   void encode(std::span<const float> rows, const kernel_table& kernels, std::span<std::uint8_t> record) {
     if (layout_.block_tokens > 1) return encode_channels(rows, kernels, record);
+    if (codec_) return encode_groups(rows, record);
     if (encode_records(rows.data(), 1, kernels, record.data()) == 1) return;
     // The generic path: a format without a fused encoder, or a token the fused one refused
     // (this loop reports why).
@@ -331,6 +340,11 @@ public:
   // step (knorm's eval 4.5 s with a call and a parameter read per element).
   void decode(std::size_t first, std::size_t count, std::span<float> out) const {
     const std::size_t n = layout_.head_dim;
+    if (codec_) {
+      for (std::size_t t = 0; t < count; ++t)
+        decode_group_record(codec_.get(), store_->record(first + t).data(), n, out.data() + t * n);
+      return;
+    }
     if (quantizer_.format() != element_format::codebook) {
       for (std::size_t t = 0; t < count; ++t) decode_raw(store_->record(first + t), out.subspan(t * n, n));
       return;
@@ -367,6 +381,7 @@ private:
   // parameters, so one conversion takes every row (0 when a value is not finite: the
   // caller finds which).
   std::size_t encode_records(const float* rows, std::size_t n, const kernel_table& kernels, std::uint8_t* records) {
+    if (codec_) return 0;
     if (rule_.fit) return kernels.encode_uniform_records(format_, *rule_.fit, rule_.max_code, rows, n, records);
     if (rule_.kind == encoding_kind::float8) return kernels.encode_fp8_records(format_, *rule_.fp8, rows, n, records);
     if (rule_.kind == encoding_kind::nearest && rule_.scale_fit)
@@ -462,6 +477,7 @@ private:
     case element_format::f32: return kernels::element_kind::f32;
     case element_format::f16: return kernels::element_kind::f16;
     case element_format::bf16: return kernels::element_kind::bf16;
+    case element_format::group_code: return kernels::element_kind::group_codes;
     case element_format::codebook: break;
     }
     return q.encoding().kind == encoding_kind::uniform ? kernels::element_kind::affine_codes
@@ -581,6 +597,38 @@ private:
     for (std::size_t c = 0; c < layout_.head_dim; ++c) block_params_[c] = read_params_at(params, c);
   }
 
+  // The codec of a group_code quantizer's groups (null for element codecs): groups of one
+  // token, in a record the reference kernels decode on the stack.
+  static std::shared_ptr<const group_codec> group_codec_of(const any_quantizer& q, group_shape shape,
+                                                           std::size_t head_dim) {
+    if (q.format() != element_format::group_code) return nullptr;
+    if (shape.tokens > 1) // (tensor groups, tokens 0, get the constructor's message)
+      throw error(q.name() +
+                  " codes groups of one token's channels; groups spanning tokens (channel(G)) cannot hold it");
+    if (head_dim > kernels::max_group_coded_head_dim)
+      throw error(q.name() + ": head_dim " + std::to_string(head_dim) + " is beyond the " +
+                  std::to_string(kernels::max_group_coded_head_dim) + " channels its records may hold");
+    return q.group_codec(shape.channels);
+  }
+  // A token's groups coded one after another (the record's code bytes zeroed first, so
+  // padding bits are 0 and equal tokens give equal records).
+  void encode_groups(std::span<const float> row, std::span<std::uint8_t> record) const {
+    const std::size_t channels = layout_.group_channels;
+    const auto codes = record.first(layout_.code_bytes());
+    std::memset(codes.data(), 0, codes.size());
+    for (std::size_t g = 0; g < layout_.groups(); ++g)
+      codec_->encode(row.subspan(g * channels, channels), codes, g * layout_.group_code_bits);
+  }
+  // record_format::decode_record for group_code records.
+  static void decode_group_record(const void* codec, const std::uint8_t* record, std::size_t head_dim,
+                                  float* out) noexcept {
+    const auto& groups = *static_cast<const group_codec*>(codec);
+    const std::size_t channels = groups.channels(), count = head_dim / channels;
+    const std::span<const std::uint8_t> bytes(record, (count * groups.code_bits() + 7) / 8);
+    for (std::size_t g = 0; g < count; ++g)
+      groups.decode(bytes, g * groups.code_bits(), std::span(out + g * channels, channels));
+  }
+
   // Per-channel block: each channel's G values form a group. A standard uniform fit takes
   // one kernel call for the block (false only when a value is not finite or a parameter
   // overflows fp16); other quantizers, and those errors, the quantizer's reference functions.
@@ -646,6 +694,7 @@ private:
   }
 
   any_quantizer quantizer_;
+  std::shared_ptr<const group_codec> codec_; // group_code quantizers' codec of one group
   record_layout layout_;
   param_precision precision_;
   encoding_rule rule_;                     // the quantizer's, asked once

@@ -42,13 +42,14 @@ inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, st
     const double group_elements = static_cast<double>(std::max<std::size_t>(group.tokens, 1) * group.channels);
     // A record's codes are whole bytes: a block of group.tokens tokens (per-token: one).
     const std::size_t block = std::max<std::size_t>(group.tokens, 1);
-    double body_token =
-        static_cast<double>((block * stored_dim * quantizer.bits() + 7) / 8) / static_cast<double>(block) +
-        static_cast<double>(stored_dim) * quantizer.params_per_group() * param_bytes / group_elements;
+    double body_token = static_cast<double>((block * quantizer.row_code_bits(stored_dim, group.channels) + 7) / 8) /
+                            static_cast<double>(block) +
+                        static_cast<double>(stored_dim) * quantizer.params_per_group() * param_bytes / group_elements;
     // residual(P,R): R's record per token, one group per stored row.
     for (auto rest = quantizer.residual(); rest; rest = rest->residual())
-      body_token += static_cast<double>((rest->stored_dim(head_dim) * rest->bits() + 7) / 8) +
-                    rest->params_per_group() * static_cast<double>(kvlab::param_bytes(*rest, r.scale));
+      body_token +=
+          static_cast<double>((rest->row_code_bits(rest->stored_dim(head_dim), rest->stored_dim(head_dim)) + 7) / 8) +
+          rest->params_per_group() * static_cast<double>(kvlab::param_bytes(*rest, r.scale));
     // The fp16 tiers hold sinks + residual tokens, plus up to a block that is not complete yet.
     const auto row_bytes = [&](std::size_t fp16_tokens) {
       fp16_tokens = std::min(tokens, fp16_tokens);

@@ -47,9 +47,11 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
   if (shape.channels == 0 || width % shape.channels != 0)
     throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide " +
                 (width == head_dim ? "head_dim " : quantizer.name() + "'s stored row of ") + std::to_string(width));
-  if ((!quantizer.invertible() || quantizer.residual()) && shape.tokens != 1)
-    throw error("codec: " + quantizer.name() + " encodes each token on its own (a sketch or a residual); it needs " +
-                "per-token groups");
+  const bool whole_groups = quantizer.format() == element_format::group_code;
+  if ((!quantizer.invertible() || quantizer.residual() || whole_groups) && shape.tokens != 1)
+    throw error("codec: " + quantizer.name() + " encodes each token on its own (a sketch, a residual or a code of " +
+                "whole groups); it needs per-token groups");
+  const auto group_codec = whole_groups ? quantizer.group_codec(shape.channels) : nullptr;
   // NaN/Inf policy: rejected with its position; no codec represents them faithfully.
   for (std::size_t i = 0; i < values.size(); ++i)
     if (!std::isfinite(values[i]))
@@ -76,9 +78,10 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
         group.clear();
         for (std::size_t t = t0; t < t1; ++t)
           for (std::size_t c = c0; c < c0 + shape.channels; ++c) group.push_back(work[t * width + c]);
-        const group_params p = [&] {
+        // Runs one step of coding the group; its error names the group.
+        const auto in_group = [&](auto&& step) {
           try {
-            return stored_params(quantizer, group, precision);
+            return step();
           } catch (const kvlab::error& e) {
             throw kvlab::error("codec group " + std::to_string(groups) + " (" +
                                (streams > 1 ? "head " + std::to_string(s0 / tokens) + ", " : std::string()) +
@@ -86,7 +89,15 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
                                ", channels " + std::to_string(c0) + ".." + std::to_string(c0 + shape.channels - 1) +
                                "): " + e.what());
           }
-        }();
+        };
+        if (group_codec) { // the group's code, encoded and decoded
+          std::vector<std::uint8_t> code((group_codec->code_bits() + 7) / 8);
+          in_group([&] { group_codec->encode(group, code, 0); });
+          group_codec->decode(code, 0, std::span(stored).subspan(t0 * width + c0, shape.channels));
+          ++groups;
+          continue;
+        }
+        const group_params p = in_group([&] { return stored_params(quantizer, group, precision); });
         codes.resize(group.size());
         quantizer.encode(group, p, codes);
         std::size_t i = 0;
@@ -133,7 +144,7 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
                .snr_db = 10.0 * std::log10(signal / error),
                .max_abs_error = worst,
                .relative_rmse = signal == 0.0 ? 0.0 : std::sqrt(error / signal),
-               .bits_per_element = (static_cast<double>(rows * width * quantizer.bits()) +
+               .bits_per_element = (static_cast<double>(rows * quantizer.row_code_bits(width, shape.channels)) +
                                     static_cast<double>(groups * quantizer.params_per_group()) * param_bits) /
                                        n +
                                    residual_bits,

@@ -25,10 +25,11 @@ export namespace kvlab {
 
 // How stored elements are turned back into floats.
 enum class element_format {
-  f32,     // raw IEEE binary32, no parameters
-  f16,     // raw IEEE binary16, no parameters
-  bf16,    // raw bfloat16, no parameters
-  codebook // value = scale * levels[code] + zero, codes of 1..8 bits
+  f32,       // raw IEEE binary32, no parameters
+  f16,       // raw IEEE binary16, no parameters
+  bf16,      // raw bfloat16, no parameters
+  codebook,  // value = scale * levels[code] + zero, codes of 1..8 bits
+  group_code // a whole group decodes from one code (group_codec, below): no code per element
 };
 
 // Precision in which scales and zeros are stored.
@@ -103,7 +104,7 @@ group_params stored_params(const Q& quantizer, std::span<const float> group, par
                    : ", whose codes do not decode to finite floats; scale the data down"));
 }
 
-// Quantizer: an element codec plus the rule that fits its parameters to one group.
+// The element codec of a Quantizer, and the rule that fits its parameters to one group.
 //   bits()             code width in bits (exactly what storage packs per element)
 //   params_per_group() 0 (none), 1 (scale) or 2 (scale and zero point)
 //   format(), levels() how codes decode; levels() has 2^bits entries for codebooks
@@ -111,17 +112,62 @@ group_params stored_params(const Q& quantizer, std::span<const float> group, par
 //   encode(x, params)  code of one value under (already stored, rounded) parameters
 //   decode(code, params) the reference decoder; fused kernels must agree with it
 template <class Q>
-concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> &&
-                    requires(const Q q, std::span<const float> group, float x, std::uint32_t code, group_params p) {
-                      { q.name() } -> std::convertible_to<std::string>;
-                      { q.bits() } -> std::same_as<unsigned>;
-                      { q.params_per_group() } -> std::same_as<unsigned>;
-                      { q.format() } -> std::same_as<element_format>;
-                      { q.levels() } -> std::same_as<std::span<const float>>;
-                      { q.fit(group) } -> std::same_as<group_params>;
-                      { q.encode(x, p) } -> std::same_as<std::uint32_t>;
-                      { q.decode(code, p) } -> std::same_as<float>;
-                    };
+concept codes_elements =
+    requires(const Q q, std::span<const float> group, float x, std::uint32_t code, group_params p) {
+      { q.bits() } -> std::same_as<unsigned>;
+      { q.params_per_group() } -> std::same_as<unsigned>;
+      { q.format() } -> std::same_as<element_format>;
+      { q.levels() } -> std::same_as<std::span<const float>>;
+      { q.fit(group) } -> std::same_as<group_params>;
+      { q.encode(x, p) } -> std::same_as<std::uint32_t>;
+      { q.decode(code, p) } -> std::same_as<float>;
+    };
+
+// A codec of whole groups of one token's values for quantizers whose code is not one code
+// per element (PolarQuant's angles, which each decode into many channels): a group of
+// channels() values becomes code_bits() bits, written at a bit offset of a record and read
+// back from there. Shared read-only by threads.
+class group_codec {
+public:
+  virtual ~group_codec() = default;
+  virtual std::size_t channels() const = 0;
+  virtual std::size_t code_bits() const = 0;
+  // Writes the group's code to bits [bit_offset, bit_offset + code_bits()) of `record`
+  // (least significant first, other bits untouched); a value it cannot code (not finite,
+  // beyond its range) is a kvlab::error naming the value.
+  virtual void encode(std::span<const float> group, std::span<std::uint8_t> record, std::size_t bit_offset) const = 0;
+  virtual void decode(std::span<const std::uint8_t> record, std::size_t bit_offset,
+                      std::span<float> group) const noexcept = 0;
+};
+//   group_codec(channels) the codec of groups of `channels` values (a kvlab::error naming
+//                         the quantizer when it cannot code groups of that width)
+template <class Q>
+concept codes_groups = requires(const Q q, std::size_t channels) {
+  { q.group_codec(channels) } -> std::same_as<std::shared_ptr<const group_codec>>;
+};
+
+// Quantizer: an element codec (codes_elements) or a codec of whole groups (codes_groups).
+template <class Q>
+concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> && requires(const Q q) {
+  { q.name() } -> std::convertible_to<std::string>;
+} && (codes_elements<Q> || codes_groups<Q>);
+
+// Bits `value` (its low `bits` bits, at most 32) written at bit `offset` of `bytes`, least
+// significant first, the other bits untouched; read_bits reads them back.
+inline void write_bits(std::span<std::uint8_t> bytes, std::size_t offset, unsigned bits, std::uint32_t value) {
+  for (unsigned i = 0; i < bits; ++i, ++offset) {
+    const auto bit = static_cast<std::uint8_t>(1u << (offset % 8));
+    if ((value >> i) & 1u)
+      bytes[offset / 8] |= bit;
+    else
+      bytes[offset / 8] &= static_cast<std::uint8_t>(~bit);
+  }
+}
+inline std::uint32_t read_bits(std::span<const std::uint8_t> bytes, std::size_t offset, unsigned bits) {
+  std::uint32_t value = 0;
+  for (unsigned i = 0; i < bits; ++i, ++offset) value |= std::uint32_t{(bytes[offset / 8] >> (offset % 8)) & 1u} << i;
+  return value;
+}
 
 // Optional parts of a Quantizer.
 //   encoding()          an encoding_rule, so kernels encode whole groups (else encode() per element)

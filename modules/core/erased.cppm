@@ -15,6 +15,7 @@ module;
 export module kvlab.core:erased;
 import :codebook;
 import :concepts;
+import :errors;
 import :eviction;
 
 export namespace kvlab {
@@ -76,6 +77,18 @@ public:
   bool invertible() const { return self_->invertible(); }
   // The quantizer of each token's residual, if any (has_residual).
   std::optional<any_quantizer> residual() const { return self_->residual(); }
+  // The codec of whole groups of `channels` values for format() == group_code (codes_groups;
+  // throws when it cannot code that width), else null.
+  std::shared_ptr<const kvlab::group_codec> group_codec(std::size_t channels) const {
+    return self_->group_codec(channels);
+  }
+  // Bits of the codes of one stored row of `width` values in groups of `group_channels`,
+  // parameters not included.
+  std::size_t row_code_bits(std::size_t width, std::size_t group_channels) const {
+    if (format() == element_format::group_code)
+      return width / group_channels * group_codec(group_channels)->code_bits();
+    return width * bits();
+  }
 
 private:
   struct concept_t {
@@ -99,6 +112,7 @@ private:
     virtual std::shared_ptr<const token_projection> projection(std::size_t) const = 0;
     virtual bool invertible() const = 0;
     virtual std::optional<any_quantizer> residual() const = 0;
+    virtual std::shared_ptr<const kvlab::group_codec> group_codec(std::size_t) const = 0;
   };
   // A rotating quantizer's rotation as a token_projection (stored_dim = head_dim).
   template <class Q>
@@ -121,22 +135,51 @@ private:
   struct model final : concept_t {
     explicit model(Q q) : q(std::move(q)) {}
     std::string name() const override { return q.name(); }
-    unsigned bits() const override { return q.bits(); }
-    unsigned params_per_group() const override { return q.params_per_group(); }
-    element_format format() const override { return q.format(); }
-    std::span<const float> levels() const override { return q.levels(); }
-    group_params fit(std::span<const float> group) const override { return q.fit(group); }
+    // A quantizer of whole groups (codes_groups only) has no code per element: its element
+    // calls say so rather than invent codes.
+    [[noreturn]] void no_element_codes() const {
+      throw error(q.name() + " codes whole groups of channels; it has no code per element");
+    }
+    unsigned bits() const override {
+      if constexpr (codes_elements<Q>) return q.bits();
+      return 0;
+    }
+    unsigned params_per_group() const override {
+      if constexpr (codes_elements<Q>) return q.params_per_group();
+      return 0;
+    }
+    element_format format() const override {
+      if constexpr (codes_elements<Q>) return q.format();
+      return element_format::group_code;
+    }
+    std::span<const float> levels() const override {
+      if constexpr (codes_elements<Q>) return q.levels();
+      return {};
+    }
+    group_params fit(std::span<const float> group) const override {
+      if constexpr (codes_elements<Q>) return q.fit(group);
+      no_element_codes();
+    }
     void encode(std::span<const float> values, group_params params, std::span<std::uint32_t> codes) const override {
       if constexpr (kvlab::encodes_groups<Q>) {
         q.encode_group(values, params, codes);
-      } else {
+      } else if constexpr (codes_elements<Q>) {
         for (std::size_t i = 0; i < values.size(); ++i) codes[i] = q.encode(values[i], params);
+      } else {
+        no_element_codes();
       }
     }
-    std::uint32_t encode_one(float value, group_params params) const override { return q.encode(value, params); }
+    std::uint32_t encode_one(float value, group_params params) const override {
+      if constexpr (codes_elements<Q>) return q.encode(value, params);
+      no_element_codes();
+    }
     bool encodes_groups() const override { return kvlab::encodes_groups<Q>; }
     void decode(std::span<const std::uint32_t> codes, group_params params, std::span<float> values) const override {
-      for (std::size_t i = 0; i < codes.size(); ++i) values[i] = q.decode(codes[i], params);
+      if constexpr (codes_elements<Q>) {
+        for (std::size_t i = 0; i < codes.size(); ++i) values[i] = q.decode(codes[i], params);
+      } else {
+        no_element_codes();
+      }
     }
     encoding_rule encoding() const override {
       if constexpr (has_encoding_rule<Q>) return q.encoding();
@@ -166,6 +209,10 @@ private:
     std::optional<any_quantizer> residual() const override {
       if constexpr (has_residual<Q>) return q.residual();
       return std::nullopt;
+    }
+    std::shared_ptr<const kvlab::group_codec> group_codec(std::size_t channels) const override {
+      if constexpr (codes_groups<Q>) return q.group_codec(channels);
+      return nullptr;
     }
     Q q;
   };

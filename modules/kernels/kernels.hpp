@@ -25,7 +25,8 @@ enum class element_kind : std::uint8_t {
   f16,          // raw binary16
   bf16,         // raw bfloat16
   affine_codes, // scale * (code - offset) + zero (int<b>, uint<b>)
-  table_codes   // scale * levels[code] + zero (nf4, lloyd<b>, fp8, ...)
+  table_codes,  // scale * levels[code] + zero (nf4, lloyd<b>, fp8, ...)
+  group_codes   // a record decoded whole by the quantizer's own codec (PolarQuant): the reference kernels only
 };
 
 // How a uniform grid (int<b>, uint<b>) fits its parameters to a group.
@@ -103,6 +104,9 @@ struct nearest_thresholds {
   }
 };
 
+// The widest group_codes record the reference kernels decode (into a stack buffer).
+inline constexpr std::size_t max_group_coded_head_dim = 1024;
+
 // Layout of the records of one stream: one token per record, `record_bytes` apart. Codes
 // (or raw floats) first, bit-packed; then per group of `group_channels` channels its
 // parameters (scale, then zero when params_per_group == 2), fp16 or f32, or one byte each
@@ -118,6 +122,11 @@ struct record_format {
   float offset = 0.0f;                 // affine_codes
   const float* levels = nullptr;       // table_codes
   const float* scale_levels = nullptr; // 256 scales by byte, where parameters are bytes
+  // group_codes: decode_record(codec, record, head_dim, out) writes the record's head_dim
+  // values (head_dim at most max_group_coded_head_dim)
+  void (*decode_record)(const void* codec, const std::uint8_t* record, std::size_t head_dim,
+                        float* out) noexcept = nullptr;
+  const void* codec = nullptr;
 
   bool params_f16_or_f32() const noexcept { return scale_levels == nullptr; }
 

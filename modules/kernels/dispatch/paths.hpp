@@ -25,11 +25,12 @@ struct record_path {
   const Kernel* kernel;
 };
 // The kernel of the first of `paths` that serves f and `heads`, or `otherwise`. The fast
-// paths read fp16 or f32 parameters; scale bytes (mxfp4, nvfp4) take `otherwise`.
+// paths read codes per element with fp16 or f32 parameters; scale bytes (mxfp4, nvfp4) and
+// records a quantizer decodes whole (group_codes) take `otherwise`.
 template <class Kernel, std::size_t N>
 Kernel first_serving(const record_path<Kernel> (&paths)[N], const record_format& f, std::size_t heads,
                      Kernel otherwise) noexcept {
-  if (!f.params_f16_or_f32()) return otherwise;
+  if (!f.params_f16_or_f32() || f.kind == element_kind::group_codes) return otherwise;
   for (const record_path<Kernel>& path : paths)
     if (path.serves(f, heads)) return *path.kernel;
   return otherwise;

@@ -38,6 +38,12 @@ void for_each_value(const record_format& f, const std::uint8_t* record, Use&& us
   case element_kind::bf16:
     for (std::size_t i = 0; i < f.head_dim; ++i) use(i, load_bf16(record, i));
     return;
+  case element_kind::group_codes: {
+    float decoded[max_group_coded_head_dim];
+    f.decode_record(f.codec, record, f.head_dim, decoded);
+    for (std::size_t i = 0; i < f.head_dim; ++i) use(i, decoded[i]);
+    return;
+  }
   case element_kind::affine_codes:
   case element_kind::table_codes: break;
   }
@@ -53,8 +59,37 @@ void for_each_value(const record_format& f, const std::uint8_t* record, Use&& us
   }
 }
 
+// A group_codes record is decoded once for every head: its codec is the costly part.
+inline void dot_group_codes(const record_format& f, const float* queries, std::size_t heads,
+                            const std::uint8_t* records, std::size_t count, float* scores,
+                            std::size_t stride) noexcept {
+  float decoded[max_group_coded_head_dim];
+  for (std::size_t t = 0; t < count; ++t) {
+    f.decode_record(f.codec, records + t * f.record_bytes, f.head_dim, decoded);
+    for (std::size_t h = 0; h < heads; ++h) {
+      const float* query = queries + h * f.head_dim;
+      float sum = 0.0f;
+      for (std::size_t i = 0; i < f.head_dim; ++i) sum += query[i] * decoded[i];
+      scores[h * stride + t] = sum;
+    }
+  }
+}
+inline void axpy_group_codes(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
+                             const std::uint8_t* records, std::size_t count, float* acc) noexcept {
+  float decoded[max_group_coded_head_dim];
+  for (std::size_t t = 0; t < count; ++t) {
+    f.decode_record(f.codec, records + t * f.record_bytes, f.head_dim, decoded);
+    for (std::size_t h = 0; h < heads; ++h) {
+      const float w = weights[h * stride + t];
+      float* out = acc + h * f.head_dim;
+      for (std::size_t i = 0; i < f.head_dim; ++i) out[i] += w * decoded[i];
+    }
+  }
+}
+
 inline void dot_records(const record_format& f, const float* queries, std::size_t heads, const std::uint8_t* records,
                         std::size_t count, float* scores, std::size_t stride) noexcept {
+  if (f.kind == element_kind::group_codes) return dot_group_codes(f, queries, heads, records, count, scores, stride);
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t t = 0; t < count; ++t) {
       const float* query = queries + h * f.head_dim;
@@ -66,6 +101,7 @@ inline void dot_records(const record_format& f, const float* queries, std::size_
 
 inline void axpy_records(const record_format& f, const float* weights, std::size_t stride, std::size_t heads,
                          const std::uint8_t* records, std::size_t count, float* acc) noexcept {
+  if (f.kind == element_kind::group_codes) return axpy_group_codes(f, weights, stride, heads, records, count, acc);
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t t = 0; t < count; ++t) {
       const float w = weights[h * stride + t];

@@ -172,7 +172,8 @@ struct row_kernels : record_runs<Arch> {
     case element_kind::f16: return use.template operator()<&load_f16, 2, &scalar::load_f16>();
     case element_kind::bf16: return use.template operator()<&load_bf16, 2, &scalar::load_bf16>();
     case element_kind::affine_codes:
-    case element_kind::table_codes: break;
+    case element_kind::table_codes:
+    case element_kind::group_codes: break;
     }
   }
   // Heads per pass over the records: a GQA group of 8 reads its rows once with AVX-512 (32
