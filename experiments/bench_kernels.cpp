@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -32,9 +33,15 @@ void kernel_benchmark(benchmark::State& state, std::string quantizer, std::strin
                       operation op) {
   const auto& components = kvlab::builtin_registry();
   const auto& kernels = kvlab::active_kernels();
-  kvlab::quantized_body stream(components.make_quantizer(quantizer),
-                               components.make_granularity(granularity).group_shape(head_dim), head_dim,
-                               kvlab::param_precision::f16, components.make_storage("flat"));
+  std::optional<kvlab::quantized_body> body; // quantizers that refuse the granularity skip
+  try {
+    body.emplace(components.make_quantizer(quantizer), components.make_granularity(granularity).group_shape(head_dim),
+                 head_dim, kvlab::param_precision::f16, components.make_storage("flat"));
+  } catch (const kvlab::error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  kvlab::quantized_body& stream = *body;
   // Whole blocks (one token, or the block_tokens of a per-channel block) of about 256 KiB.
   const std::size_t block = stream.block_tokens(), block_bytes = stream.layout().bytes();
   const std::size_t tokens = block * std::max<std::size_t>((64 + block - 1) / block, (256 << 10) / block_bytes);

@@ -109,7 +109,12 @@ inline angle_codebook lloyd_angle_codebook(unsigned level, unsigned bits) {
   return finish(centroids, mean_cosine / mass[cells]);
 }
 
-// The codec of groups of `blocks` blocks of 2^L channels.
+} // namespace kvlab::strategies::polar
+
+namespace kvlab::strategies::polar {
+
+// The codec of groups of `blocks` blocks of 2^L channels (made by polar_angles, which
+// checks the levels: at most max_levels, a codebook each).
 class polar_codec final : public group_codec {
 public:
   polar_codec(std::shared_ptr<const std::vector<angle_codebook>> books, std::vector<unsigned> level_bits,
@@ -140,9 +145,7 @@ private:
   void encode_block(std::span<const float> values, std::span<std::uint8_t> record, std::size_t at) const {
     double radii[std::size_t{1} << max_levels];
     for (std::size_t i = 0; i < block_; ++i) {
-      if (!std::isfinite(values[i]))
-        throw error(name_ + ": value " + format_number(values[i]) +
-                    " is not finite (the quantizer's rotation overflows float for values this large)");
+      if (!std::isfinite(values[i])) throw error(name_ + ": value " + format_number(values[i]) + " is not finite");
       radii[i] = values[i];
     }
     for (std::size_t l = 0, n = block_ / 2; l < level_bits_.size(); ++l, n /= 2) {
@@ -164,7 +167,7 @@ private:
   }
 
   // The nearest centroid: level 1's are the uniform grid's cells, the others' by threshold.
-  std::uint32_t code_of(const angle_codebook& book, std::size_t level, double angle) const {
+  static std::uint32_t code_of(const angle_codebook& book, std::size_t level, double angle) {
     if (level == 0) {
       const auto count = static_cast<std::uint32_t>(book.centroids.size());
       const auto cell = static_cast<std::uint32_t>(angle / (2 * std::numbers::pi) * count);
@@ -201,6 +204,10 @@ private:
   std::size_t blocks_, block_ = 0, block_bits_ = 0;
   std::string name_;
 };
+
+} // namespace kvlab::strategies::polar
+
+export namespace kvlab::strategies::polar {
 
 class polar_angles {
 public:
@@ -270,9 +277,6 @@ inline polar_angles make(const strategy_args& args) {
   for (std::size_t i = 0; i < args.args.size(); ++i)
     bits.push_back(
         args.number_in<unsigned>(i, "bits of level " + std::to_string(i + 1), 1, polar_angles::max_level_bits));
-  if (bits.size() > polar_codec::max_levels)
-    throw error("'" + args.text + "' gives " + std::to_string(bits.size()) + " levels; at most " +
-                std::to_string(polar_codec::max_levels));
   return polar_angles{std::move(bits)};
 }
 

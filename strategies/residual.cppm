@@ -4,8 +4,9 @@
 // R's groups are whole stored rows (one per token). With R a sketch (qjl) the sum is an
 // unbiased inner-product quantizer: residual(rht(lloyd<b-1>),qjl) is TurboQuant's
 // inner-product variant at b bits per channel (plus P's scales and R's norm).
-// P's element codec (or codec of whole groups) is the body's: P's codes are chosen against its stored parameters, as
-// under rht(...) (ggml's group encoders are not forwarded).
+// P's codec is the body's: P's element codes are chosen against its stored parameters, as
+// under rht(...) (ggml's group encoders are not forwarded); a code of whole groups (polar)
+// is P's own.
 // Paper: TurboQuant, arXiv 2504.19874, sec. 3.2 (Algorithm 2, TurboQuant_prod).
 module;
 #include <cstdint>

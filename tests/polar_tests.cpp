@@ -89,6 +89,20 @@ std::pair<double, double> relative_error(const std::string& quantizer_text, std:
   return {ratio, standard_error};
 }
 
+// Simpson's rule over [a, b], 4096 intervals.
+template <class F>
+double integral(double a, double b, F&& f) {
+  const int n = 4096;
+  const double h = (b - a) / n;
+  double sum = f(a) + f(b);
+  for (int i = 1; i < n; ++i) sum += (i % 2 ? 4 : 2) * f(a + i * h);
+  return sum * h / 3;
+}
+// Lemma 2's density of a level-l angle (l >= 2), unnormalized: sin^(2^(l-1) - 1)(2 psi).
+double level_density(std::size_t level, double psi) {
+  return std::pow(std::sin(2 * psi), std::ldexp(1.0, static_cast<int>(level) - 1) - 1);
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(polar)
@@ -137,9 +151,9 @@ BOOST_AUTO_TEST_CASE(a_token_decodes_as_the_papers_dequantized_transform) {
 }
 
 // Lemma 2: after a random rotation the level-1 angles are uniform and a level-l angle has
-// density proportional to sin^(2^(l-1) - 1)(2 psi). Each level's codebook meets Lloyd's two
-// conditions for it (thresholds halfway, each centroid its cell's mean), recomputed here
-// by Simpson's rule; the angles of Gaussian vectors have the lemma's mean and spread.
+// density proportional to sin^(2^(l-1) - 1)(2 psi). Level 1's codebook is the uniform grid;
+// each other level's meets Lloyd's two conditions for its density (thresholds halfway, each
+// centroid its cell's mean), recomputed here by Simpson's rule.
 BOOST_AUTO_TEST_CASE(codebooks_are_optimal_for_lemma_2s_angle_densities) {
   const kvlab::parts::polar polar{};
   const auto books = polar.codebooks();
@@ -147,19 +161,12 @@ BOOST_AUTO_TEST_CASE(codebooks_are_optimal_for_lemma_2s_angle_densities) {
   BOOST_TEST(books[0].centroids.size() == 16u);
   for (std::size_t i = 0; i < 16; ++i)
     BOOST_TEST(std::fabs(books[0].centroids[i] - (i + 0.5) * std::numbers::pi / 8) < 1e-6);
-  std::vector<double> sd_expected;
   for (std::size_t level = 2; level <= 4; ++level) {
-    const double power = std::ldexp(1.0, static_cast<int>(level) - 1) - 1;
-    const auto density = [&](double psi) { return std::pow(std::sin(2 * psi), power); };
-    const auto integral = [&](double a, double b, auto&& f) { // Simpson, 4096 intervals
-      const int n = 4096;
-      const double h = (b - a) / n;
-      double sum = f(a) + f(b);
-      for (int i = 1; i < n; ++i) sum += (i % 2 ? 4 : 2) * f(a + i * h);
-      return sum * h / 3;
-    };
+    const auto density = [&](double psi) { return level_density(level, psi); };
     const auto& book = books[level - 1];
     BOOST_TEST_REQUIRE(book.centroids.size() == 4u);
+    for (std::size_t i = 0; i < 3; ++i)
+      BOOST_TEST(std::fabs(book.thresholds[i] - (book.centroids[i] + book.centroids[i + 1]) / 2) < 1e-6);
     for (std::size_t i = 0; i < 4; ++i) {
       const double from = i == 0 ? 0.0 : book.thresholds[i - 1],
                    to = i == 3 ? std::numbers::pi / 2 : book.thresholds[i];
@@ -168,38 +175,60 @@ BOOST_AUTO_TEST_CASE(codebooks_are_optimal_for_lemma_2s_angle_densities) {
       // Symmetric about pi/4, as the density is.
       BOOST_TEST(std::fabs(book.centroids[i] + book.centroids[3 - i] - std::numbers::pi / 2) < 1e-5);
     }
-    const double total = integral(0.0, std::numbers::pi / 2, density);
-    const double variance =
-        integral(0.0, std::numbers::pi / 2,
-                 [&](double p) { return (p - std::numbers::pi / 4) * (p - std::numbers::pi / 4) * density(p); }) /
-        total;
-    sd_expected.push_back(std::sqrt(variance));
   }
-  // Angles of 20000 Gaussian blocks, by the transform above (the paper's Definition 1).
-  const std::size_t blocks = 20000;
+}
+
+// A block's code, read back by its documented layout (level-1 codes of 4 bits, then levels
+// 2-4 of 2 bits, then the fp16 radius), holds each angle's nearest centroid by the
+// transform transcribed above; and over 20000 Gaussian blocks each level's codes fall in
+// their cells as often as Lemma 2's density says, within 4 standard errors.
+BOOST_AUTO_TEST_CASE(codes_are_the_angles_nearest_centroids_at_lemma_2s_frequencies) {
+  const kvlab::parts::polar polar{};
+  const auto books = polar.codebooks();
+  const auto codec = polar.group_codec(16);
+  BOOST_TEST_REQUIRE(codec->code_bits() == 62u);
+  const std::size_t blocks = 20000, widths[] = {4, 2, 2, 2}, counts[] = {8, 4, 2, 1};
   const auto x = gaussian(blocks * 16, 41);
-  std::vector<std::vector<double>> angles(4);
+  std::vector<std::vector<double>> frequency(4);
+  for (std::size_t l = 0; l < 4; ++l) frequency[l].assign(books[l].centroids.size(), 0.0);
+  std::vector<std::uint8_t> code(8);
   for (std::size_t b = 0; b < blocks; ++b) {
-    std::vector<double> r(x.begin() + b * 16, x.begin() + (b + 1) * 16);
+    const auto block = std::span(x).subspan(b * 16, 16);
+    codec->encode(block, code, 0);
+    std::vector<double> r(block.begin(), block.end());
+    std::size_t at = 0;
     for (std::size_t l = 0; l < 4; ++l) {
       std::vector<double> next;
-      for (std::size_t j = 0; 2 * j < r.size(); ++j) {
+      for (std::size_t j = 0; j < counts[l]; ++j, at += widths[l]) {
+        const std::uint32_t stored = kvlab::read_bits(code, at, static_cast<unsigned>(widths[l]));
+        frequency[l][stored] += 1.0;
         double psi = std::atan2(r[2 * j + 1], r[2 * j]);
         if (psi < 0) psi += 2 * std::numbers::pi;
-        angles[l].push_back(psi);
+        std::uint32_t nearest = 0;
+        for (std::uint32_t k = 1; k < books[l].centroids.size(); ++k)
+          if (std::fabs(psi - books[l].centroids[k]) < std::fabs(psi - books[l].centroids[nearest])) nearest = k;
+        BOOST_TEST_REQUIRE(stored == nearest, "block " << b << " level " << l + 1 << " angle " << j);
         next.push_back(std::hypot(r[2 * j], r[2 * j + 1]));
       }
       r = next;
     }
+    BOOST_TEST_REQUIRE(kvlab::read_bits(code, 46, 16) == kvlab::float_to_half_bits(static_cast<float>(r[0])));
   }
-  const auto [mean1, sd1] = mean_sd(angles[0]);
-  BOOST_TEST(std::fabs(mean1 - std::numbers::pi) < 0.03);
-  BOOST_TEST(std::fabs(sd1 - std::numbers::pi / std::sqrt(3.0)) < 0.02);
-  for (std::size_t l = 1; l < 4; ++l) {
-    const auto [mean, sd] = mean_sd(angles[l]);
-    BOOST_TEST(std::fabs(mean - std::numbers::pi / 4) < 4 * sd / std::sqrt(static_cast<double>(angles[l].size())),
-               "level " << l + 1 << " mean " << mean);
-    BOOST_TEST(std::fabs(sd - sd_expected[l - 1]) < 0.03 * sd_expected[l - 1], "level " << l + 1 << " sd " << sd);
+  for (std::size_t l = 0; l < 4; ++l) {
+    const auto& book = books[l];
+    const double n = static_cast<double>(blocks * counts[l]);
+    const double total =
+        l == 0 ? 1.0 : integral(0.0, std::numbers::pi / 2, [&](double p) { return level_density(l + 1, p); });
+    for (std::size_t k = 0; k < book.centroids.size(); ++k) {
+      const double from = k == 0 ? 0.0 : book.thresholds[k - 1];
+      const double to =
+          k + 1 == book.centroids.size() ? (l == 0 ? 2 * std::numbers::pi : std::numbers::pi / 2) : book.thresholds[k];
+      const double expected =
+          l == 0 ? 1.0 / 16 : integral(from, to, [&](double p) { return level_density(l + 1, p); }) / total;
+      const double observed = frequency[l][k] / n;
+      BOOST_TEST(std::fabs(observed - expected) < 4 * std::sqrt(expected * (1 - expected) / n),
+                 "level " << l + 1 << " code " << k << ": " << observed << " against " << expected);
+    }
   }
 }
 
@@ -286,7 +315,7 @@ BOOST_AUTO_TEST_CASE(what_cannot_be_coded_is_refused_with_a_message) {
   refused("k=polar@channel(32)", "groups spanning tokens");
   refused("k=polar(2,2,2,2,2,2)@group(32)", "codes blocks of 64 channels");
   refused("k=polar(9)@token", "bits of level 1");
-  refused("k=polar(2,2,2,2,2,2,2,2)@token", "at most 7");
+  refused("k=polar(2,2,2,2,2,2,2,2)@token", "1 to 7 levels");
   BOOST_CHECK_THROW(kvlab::parts::polar(std::vector<unsigned>{}), kvlab::error);
 
   // A block whose norm is beyond the fp16 radius, and a value that is not finite.

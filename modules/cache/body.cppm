@@ -97,9 +97,9 @@ public:
                .bits = layout_.bits,
                .params_per_group = rows ? 0u : layout_.params_per_group,
                .params_f32 = layout_.param_bytes == 4,
-               .scale_levels = layout_.param_bytes == 1 ? quantizer_.scale_levels().data() : nullptr,
                .offset = static_cast<float>(rule_.offset),
                .levels = quantizer_.levels().data(),
+               .scale_levels = layout_.param_bytes == 1 ? quantizer_.scale_levels().data() : nullptr,
                .decode_record = codec_ ? &decode_group_record : nullptr,
                .codec = codec_.get()};
   }
@@ -601,14 +601,17 @@ private:
   // token, in a record the reference kernels decode on the stack.
   static std::shared_ptr<const group_codec> group_codec_of(const any_quantizer& q, group_shape shape,
                                                            std::size_t head_dim) {
-    if (q.format() != element_format::group_code) return nullptr;
-    if (shape.tokens > 1) // (tensor groups, tokens 0, get the constructor's message)
+    // Tensor groups (tokens 0) are refused by the constructor, for every quantizer.
+    if (q.format() != element_format::group_code || shape.tokens == 0) return nullptr;
+    if (shape.tokens > 1)
       throw error(q.name() +
                   " codes groups of one token's channels; groups spanning tokens (channel(G)) cannot hold it");
     if (head_dim > kernels::max_group_coded_head_dim)
       throw error(q.name() + ": head_dim " + std::to_string(head_dim) + " is beyond the " +
                   std::to_string(kernels::max_group_coded_head_dim) + " channels its records may hold");
-    return q.group_codec(shape.channels);
+    auto codec = q.group_codec(shape.channels);
+    if (!codec) throw error(q.name() + " says it codes whole groups but gives no group_codec");
+    return codec;
   }
   // A token's groups coded one after another (the record's code bytes zeroed first, so
   // padding bits are 0 and equal tokens give equal records).

@@ -47,11 +47,11 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
   if (shape.channels == 0 || width % shape.channels != 0)
     throw error("codec: groups of " + std::to_string(shape.channels) + " channels do not divide " +
                 (width == head_dim ? "head_dim " : quantizer.name() + "'s stored row of ") + std::to_string(width));
-  const bool whole_groups = quantizer.format() == element_format::group_code;
-  if ((!quantizer.invertible() || quantizer.residual() || whole_groups) && shape.tokens != 1)
+  const bool codes_whole_groups = quantizer.format() == element_format::group_code;
+  if ((!quantizer.invertible() || quantizer.residual() || codes_whole_groups) && shape.tokens != 1)
     throw error("codec: " + quantizer.name() + " encodes each token on its own (a sketch, a residual or a code of " +
                 "whole groups); it needs per-token groups");
-  const auto group_codec = whole_groups ? quantizer.group_codec(shape.channels) : nullptr;
+  const auto groups_codec = codes_whole_groups ? quantizer.group_codec(shape.channels) : nullptr;
   // NaN/Inf policy: rejected with its position; no codec represents them faithfully.
   for (std::size_t i = 0; i < values.size(); ++i)
     if (!std::isfinite(values[i]))
@@ -90,10 +90,10 @@ inline codec_output quantize_dequantize(const any_quantizer& quantizer, group_sh
                                "): " + e.what());
           }
         };
-        if (group_codec) { // the group's code, encoded and decoded
-          std::vector<std::uint8_t> code((group_codec->code_bits() + 7) / 8);
-          in_group([&] { group_codec->encode(group, code, 0); });
-          group_codec->decode(code, 0, std::span(stored).subspan(t0 * width + c0, shape.channels));
+        if (groups_codec) { // the group's code, encoded and decoded
+          std::vector<std::uint8_t> code((groups_codec->code_bits() + 7) / 8);
+          in_group([&] { groups_codec->encode(group, code, 0); });
+          groups_codec->decode(code, 0, std::span(stored).subspan(t0 * width + c0, shape.channels));
           ++groups;
           continue;
         }

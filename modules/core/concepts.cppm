@@ -152,23 +152,6 @@ concept Quantizer = opts_into<Q, quantizer_tag> && std::copyable<Q> && requires(
   { q.name() } -> std::convertible_to<std::string>;
 } && (codes_elements<Q> || codes_groups<Q>);
 
-// Bits `value` (its low `bits` bits, at most 32) written at bit `offset` of `bytes`, least
-// significant first, the other bits untouched; read_bits reads them back.
-inline void write_bits(std::span<std::uint8_t> bytes, std::size_t offset, unsigned bits, std::uint32_t value) {
-  for (unsigned i = 0; i < bits; ++i, ++offset) {
-    const auto bit = static_cast<std::uint8_t>(1u << (offset % 8));
-    if ((value >> i) & 1u)
-      bytes[offset / 8] |= bit;
-    else
-      bytes[offset / 8] &= static_cast<std::uint8_t>(~bit);
-  }
-}
-inline std::uint32_t read_bits(std::span<const std::uint8_t> bytes, std::size_t offset, unsigned bits) {
-  std::uint32_t value = 0;
-  for (unsigned i = 0; i < bits; ++i, ++offset) value |= std::uint32_t{(bytes[offset / 8] >> (offset % 8)) & 1u} << i;
-  return value;
-}
-
 // Optional parts of a Quantizer.
 //   encoding()          an encoding_rule, so kernels encode whole groups (else encode() per element)
 //   encode_group(values, stored, codes) the codes of a whole group where they depend on more

@@ -85,8 +85,10 @@ public:
   // Bits of the codes of one stored row of `width` values in groups of `group_channels`,
   // parameters not included.
   std::size_t row_code_bits(std::size_t width, std::size_t group_channels) const {
-    if (format() == element_format::group_code)
-      return width / group_channels * group_codec(group_channels)->code_bits();
+    if (format() == element_format::group_code) {
+      const auto codec = group_codec(group_channels); // throws for widths it cannot code, 0 among them
+      return width / group_channels * codec->code_bits();
+    }
     return width * bits();
   }
 

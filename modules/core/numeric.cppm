@@ -3,11 +3,13 @@
 module;
 #include "half.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -24,6 +26,28 @@ using kernels::half_bits_to_float;
 
 // Rounds to the nearest fp16 value (ties to even), as stored.
 inline float round_to_half(float value) noexcept { return half_bits_to_float(float_to_half_bits(value)); }
+
+// The low `bits` bits (at most 32) of `value` written at bit `offset` of `bytes`, least
+// significant first, the other bits untouched (codes of whole groups: polar); read_bits
+// reads them back. A byte at a time.
+inline void write_bits(std::span<std::uint8_t> bytes, std::size_t offset, unsigned bits, std::uint32_t value) {
+  while (bits > 0) {
+    const unsigned shift = offset % 8, take = std::min(bits, 8 - shift);
+    const auto mask = static_cast<std::uint8_t>(((1u << take) - 1) << shift);
+    std::uint8_t& byte = bytes[offset / 8];
+    byte = static_cast<std::uint8_t>((byte & ~mask) | ((value << shift) & mask));
+    value >>= take, bits -= take, offset += take;
+  }
+}
+inline std::uint32_t read_bits(std::span<const std::uint8_t> bytes, std::size_t offset, unsigned bits) {
+  std::uint32_t value = 0;
+  for (unsigned done = 0; done < bits;) {
+    const unsigned shift = offset % 8, take = std::min(bits - done, 8 - shift);
+    value |= ((std::uint32_t{bytes[offset / 8]} >> shift) & ((1u << take) - 1)) << done;
+    done += take, offset += take;
+  }
+  return value;
+}
 
 // Shortest decimal text that parses back to the same value.
 template <class T>
