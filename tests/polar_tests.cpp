@@ -17,6 +17,7 @@
 import kvlab;
 
 #include "estimator_test_helpers.hpp"
+#include "recipe_test_helpers.hpp"
 
 namespace {
 
@@ -301,21 +302,10 @@ BOOST_AUTO_TEST_CASE(the_codec_counts_the_papers_bits_and_decodes_as_the_cache) 
 
 BOOST_AUTO_TEST_CASE(what_cannot_be_coded_is_refused_with_a_message) {
   const auto& components = kvlab::builtin_registry();
-  const auto refused = [&](const std::string& text, const std::string& expected) {
-    BOOST_TEST_CONTEXT(text) {
-      try {
-        const auto recipe = kvlab::parse_recipe(text, components);
-        kvlab::kv_cache cache(recipe, 1, 1, 64);
-        BOOST_TEST(false, "accepted");
-      } catch (const kvlab::error& e) {
-        BOOST_TEST(std::string(e.what()).find(expected) != std::string::npos, e.what());
-      }
-    }
-  };
-  refused("k=polar@channel(32)", "groups spanning tokens");
-  refused("k=polar(2,2,2,2,2,2)@group(32)", "codes blocks of 64 channels");
-  refused("k=polar(9)@token", "bits of level 1");
-  refused("k=polar(2,2,2,2,2,2,2,2)@token", "1 to 7 levels");
+  kvlab_test::expect_cache_refused("k=polar@channel(32)", "groups spanning tokens");
+  kvlab_test::expect_cache_refused("k=polar(2,2,2,2,2,2)@group(32)", "codes blocks of 64 channels");
+  kvlab_test::expect_cache_refused("k=polar(9)@token", "bits of level 1");
+  kvlab_test::expect_cache_refused("k=polar(2,2,2,2,2,2,2,2)@token", "1 to 7 levels");
   BOOST_CHECK_THROW(kvlab::parts::polar(std::vector<unsigned>{}), kvlab::error);
 
   // A block whose norm is beyond the fp16 radius, and a value that is not finite.

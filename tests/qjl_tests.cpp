@@ -13,6 +13,7 @@
 import kvlab;
 
 #include "estimator_test_helpers.hpp"
+#include "recipe_test_helpers.hpp"
 
 namespace {
 
@@ -179,23 +180,14 @@ BOOST_AUTO_TEST_CASE(the_codec_stores_the_sketch_and_counts_its_bits) {
 
 BOOST_AUTO_TEST_CASE(recipes_refuse_a_sketch_where_tokens_are_decoded) {
   const auto& components = kvlab::builtin_registry();
-  const auto refused = [&](const std::string& text, const std::string& expected) {
-    BOOST_TEST_CONTEXT(text) {
-      try {
-        const auto recipe = kvlab::parse_recipe(text, components);
-        kvlab::kv_cache cache(recipe, 1, 1, 64);
-        BOOST_TEST(false, "accepted");
-      } catch (const kvlab::error& e) {
-        BOOST_TEST(std::string(e.what()).find(expected) != std::string::npos, e.what());
-      }
-    }
-  };
-  refused("k=f16@token,v=qjl@token", "v=qjl is a sketch");
-  refused("k=qjl@token,v=int8@token,evict=h2o(0.1,0.1),demote=qjl@token", "demote=qjl is a sketch");
-  refused("k=rht(qjl)@token", "qjl is a sketch");
-  refused("k=qjl@channel(32)", "needs per-token groups");
-  refused("k=qjl(65537)@token", "sketch size M");
-  refused("k=qjl@token,v=int8@token,evict=h2o(0.1,0.1),demote=int4@token", "re-encodes decoded keys");
+  kvlab_test::expect_cache_refused("k=f16@token,v=qjl@token", "v=qjl is a sketch");
+  kvlab_test::expect_cache_refused("k=qjl@token,v=int8@token,evict=h2o(0.1,0.1),demote=qjl@token",
+                                   "demote=qjl is a sketch");
+  kvlab_test::expect_cache_refused("k=rht(qjl)@token", "qjl is a sketch");
+  kvlab_test::expect_cache_refused("k=qjl@channel(32)", "needs per-token groups");
+  kvlab_test::expect_cache_refused("k=qjl(65537)@token", "sketch size M");
+  kvlab_test::expect_cache_refused("k=qjl@token,v=int8@token,evict=h2o(0.1,0.1),demote=int4@token",
+                                   "re-encodes decoded keys");
   BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe("k=qjl(0)@token", components)) ==
              kvlab::canonical_name(kvlab::parse_recipe("k=qjl@token", components)));
   const auto recipe = kvlab::parse_recipe("k=qjl(256,9)@token,v=int4@group(32)", components);

@@ -14,6 +14,7 @@
 import kvlab;
 
 #include "estimator_test_helpers.hpp"
+#include "recipe_test_helpers.hpp"
 
 namespace {
 
@@ -186,21 +187,11 @@ BOOST_AUTO_TEST_CASE(a_token_the_residual_refuses_leaves_both_tiers_at_the_token
 
 BOOST_AUTO_TEST_CASE(recipes_of_residual_quantizers) {
   const auto& components = kvlab::builtin_registry();
-  const auto refused = [&](const std::string& text, const std::string& expected) {
-    BOOST_TEST_CONTEXT(text) {
-      try {
-        kvlab::kv_cache cache(kvlab::parse_recipe(text, components), 1, 1, 64);
-        BOOST_TEST(false, "accepted");
-      } catch (const kvlab::error& e) {
-        BOOST_TEST(std::string(e.what()).find(expected) != std::string::npos, e.what());
-      }
-    }
-  };
-  refused("k=int8@token,v=residual(rht(lloyd2),qjl)@token", "is a sketch");
-  refused("k=rht(residual(int4,int2))@token", "rotate inside the residual");
-  refused("k=residual(int4,int2)@channel(32)", "needs per-token groups");
-  refused("k=residual(int4)@token", "takes 2 arguments");
-  refused("k=residual(residual(int4,int2),int2)@token", "a residual of its own");
+  kvlab_test::expect_cache_refused("k=int8@token,v=residual(rht(lloyd2),qjl)@token", "is a sketch");
+  kvlab_test::expect_cache_refused("k=rht(residual(int4,int2))@token", "rotate inside the residual");
+  kvlab_test::expect_cache_refused("k=residual(int4,int2)@channel(32)", "needs per-token groups");
+  kvlab_test::expect_cache_refused("k=residual(int4)@token", "takes 2 arguments");
+  kvlab_test::expect_cache_refused("k=residual(residual(int4,int2),int2)@token", "a residual of its own");
   const auto recipe =
       kvlab::parse_recipe("k=residual(rht(lloyd2),qjl(128))@token,v=residual(int4,int2)@group(32)", components);
   BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe(kvlab::canonical_name(recipe), components)) ==
