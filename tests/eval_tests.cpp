@@ -338,7 +338,8 @@ BOOST_AUTO_TEST_CASE(cache_estimate_is_a_tight_upper_bound_without_eviction) {
         "k=qjl(256)@token,v=int4@group(32)", "k=qjl(100)@token,v=f16@token",
         "k=qjl(32)@group(16),v=f16@token,residual=40",
         "k=residual(rht(lloyd2),qjl)@token,v=residual(int4,int2)@group(32),residual=16",
-        "k=rht(polar)@token,v=polar(3,2,2)@group(32),sinks=2", "k=residual(rht(polar),qjl)@token,v=polar@group(16)"}) {
+        "k=rht(polar)@token,v=polar(3,2,2)@group(32),sinks=2", "k=residual(rht(polar),qjl)@token,v=polar@group(16)",
+        "k=rht(outliers(int4,1))@token,v=outliers(uint2,1)@group(32),residual=16"}) {
     BOOST_TEST_CONTEXT(text) {
       const auto recipe = kvlab::parse_recipe(text, kvlab::builtin_registry());
       const double estimate = kvlab::estimated_cache_bytes(recipe, 4, 512, 64);
