@@ -40,6 +40,16 @@ std::vector<float> cached_logits(const kvlab::model_config& c, const kvlab::mode
   return kvlab::forward(c, w, tokens, 0, attention, 0, threads);
 }
 
+// Random weights with query and key projections 25x the initialisation's, so attention is
+// far from uniform.
+kvlab::model_weights peaked_weights(const kvlab::model_config& c, std::uint64_t seed) {
+  kvlab::model_weights w = kvlab::random_weights(c, seed);
+  for (auto& l : w.layers)
+    for (auto* m : {&l.wq, &l.wk})
+      for (auto& x : *m) x *= 25.0f;
+  return w;
+}
+
 double max_abs_difference(const std::vector<float>& a, const std::vector<float>& b) {
   double largest = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) largest = std::max(largest, std::abs(double{a[i]} - b[i]));
@@ -49,22 +59,6 @@ double max_abs_difference(const std::vector<float>& a, const std::vector<float>&
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(model)
-
-BOOST_AUTO_TEST_CASE(f32_cache_reproduces_dense_attention_logits_to_float_rounding) {
-  // Weights larger than the random initialisation so attention is far from uniform.
-  kvlab::model_weights w = kvlab::random_weights(tiny_gqa, 7);
-  for (auto& l : w.layers)
-    for (auto* m : {&l.wq, &l.wk})
-      for (auto& x : *m) x *= 25.0f;
-  const auto tokens = token_sequence(40, tiny_gqa.vocab);
-  kvlab::dense_attention dense(tiny_gqa);
-  const auto reference = kvlab::forward(tiny_gqa, w, tokens, 0, dense, 0);
-  const auto f32 = cached_logits(tiny_gqa, w, "k=f32@token,v=f32@token", tokens, 1);
-  BOOST_TEST(max_abs_difference(f32, reference) < 2e-5);
-  // A lossy cache really changes the logits (the comparison above can fail).
-  const auto int2 = cached_logits(tiny_gqa, w, "k=int2@token,v=int2@token", tokens, 1);
-  BOOST_TEST(max_abs_difference(int2, reference) > 1e-3);
-}
 
 BOOST_AUTO_TEST_CASE(logits_are_bit_identical_for_any_thread_count) {
   const kvlab::model_config wide{
@@ -76,6 +70,82 @@ BOOST_AUTO_TEST_CASE(logits_are_bit_identical_for_any_thread_count) {
     const auto two = cached_logits(wide, w, recipe, tokens, 2);
     BOOST_TEST(one == two);
   }
+}
+
+// An f32 cache loses nothing, so the logits are dense attention's to float rounding: with
+// keys cached after RoPE (the fused kernels), and with keys cached before it (rope=pre,
+// KVQuant, arXiv 2401.18079, sec. 3.2: attention rotates each decoded key by its position),
+// for both RoPE pairings. A lossy cache really changes the logits (so the comparison can
+// fail), and a lossy per-channel cache gives other logits before RoPE than after it.
+BOOST_AUTO_TEST_CASE(f32_cache_reproduces_dense_attention_logits_to_float_rounding) {
+  for (const auto pairing : {kvlab::rope_pairing::half_split, kvlab::rope_pairing::interleaved}) {
+    kvlab::model_config c = tiny_gqa;
+    c.rope = pairing;
+    const kvlab::model_weights w = peaked_weights(c, 7);
+    const auto tokens = token_sequence(40, c.vocab);
+    kvlab::dense_attention dense(c);
+    const auto reference = kvlab::forward(c, w, tokens, 0, dense, 0);
+    for (const std::string rope : {"", ",rope=pre"}) {
+      const auto f32 = cached_logits(c, w, "k=f32@token,v=f32@token" + rope, tokens, 1);
+      BOOST_TEST(max_abs_difference(f32, reference) < 2e-5, rope);
+      const auto int2 = cached_logits(c, w, "k=int2@token,v=int2@token" + rope, tokens, 1);
+      BOOST_TEST(max_abs_difference(int2, reference) > 1e-3, rope);
+    }
+    const auto before = cached_logits(c, w, "k=uint2@channel(8),v=f16@token,rope=pre", tokens, 1);
+    const auto after = cached_logits(c, w, "k=uint2@channel(8),v=f16@token", tokens, 1);
+    BOOST_TEST(max_abs_difference(before, reference) > 1e-3);
+    BOOST_TEST(max_abs_difference(before, after) > 1e-3);
+    // Eviction observes the weights rotary attention traces.
+    const auto evicting = cached_logits(c, w, "k=f32@token,v=f32@token,evict=h2o(12,6),rope=pre", tokens, 1);
+    const auto evicting_after = cached_logits(c, w, "k=f32@token,v=f32@token,evict=h2o(12,6)", tokens, 1);
+    BOOST_TEST(max_abs_difference(evicting, evicting_after) < 2e-5);
+    BOOST_TEST(max_abs_difference(evicting, reference) > 1e-3);
+  }
+}
+
+// The rotation rotary attention applies to one key is apply_rope's, bit for bit.
+BOOST_AUTO_TEST_CASE(rotary_table_rotates_as_apply_rope) {
+  for (const auto pairing : {kvlab::rope_pairing::half_split, kvlab::rope_pairing::interleaved}) {
+    kvlab::rotary_table table(16, 10000.0, pairing);
+    table.extend(300);
+    BOOST_TEST(table.positions() == 300u);
+    kvlab::random_stream random(5, 0);
+    for (const std::size_t position : {0u, 1u, 17u, 299u}) {
+      std::vector<float> row(16);
+      for (auto& x : row) x = static_cast<float>(random.normal());
+      auto expected = row;
+      kvlab::apply_rope(expected, 1, 16, position, 10000.0, pairing);
+      table.rotate(row, position);
+      BOOST_TEST(row == expected);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(keys_before_rope_need_the_model_and_their_positions) {
+  const auto& components = kvlab::builtin_registry();
+  const auto recipe = kvlab::parse_recipe("k=int4@channel(8),v=int4@token,rope=pre", components);
+  BOOST_TEST(kvlab::canonical_name(recipe) == "k=int4@channel(8),v=int4@token,rope=pre");
+  BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe("k=int4@token,rope=post", components)) ==
+             "k=int4@token,v=f16@token");
+  BOOST_CHECK_EXCEPTION(
+      kvlab::parse_recipe("k=int4@token,rope=late", components), kvlab::error,
+      [](const kvlab::error& e) { return kvlab_test::contains(e.what(), "rope must be pre or post"); });
+  BOOST_CHECK_EXCEPTION(
+      kvlab::parse_recipe("k=qjl@token,rope=pre", components), kvlab::error,
+      [](const kvlab::error& e) { return kvlab_test::contains(e.what(), "rope=pre rotates decoded keys"); });
+  // Data without a model has no RoPE to apply.
+  const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=64,D=16,seed=3)");
+  BOOST_CHECK_EXCEPTION(kvlab::evaluate(recipe, data), kvlab::error, [](const kvlab::error& e) {
+    return kvlab_test::contains(e.what(), "holds keys before RoPE (rope=pre)");
+  });
+  // A chunk whose first position is not the number of cached tokens.
+  const kvlab::model_weights w = kvlab::random_weights(tiny_gqa, 9);
+  kvlab::kv_cache cache(recipe, tiny_gqa.layers, tiny_gqa.kv_heads, tiny_gqa.head_dim);
+  kvlab::cache_attention attention(cache, tiny_gqa, {});
+  const auto tokens = token_sequence(8, tiny_gqa.vocab);
+  BOOST_CHECK_EXCEPTION(kvlab::forward(tiny_gqa, w, tokens, 5, attention, 0), kvlab::error, [](const kvlab::error& e) {
+    return kvlab_test::contains(e.what(), "a chunk at position 5 after 0 cached tokens");
+  });
 }
 
 BOOST_AUTO_TEST_CASE(capture_records_what_the_model_attends_with) {

@@ -88,6 +88,17 @@ struct attention_trace {
   }
 };
 
+// Sizes `trace` for one layer of `cache` read by `q_heads` query heads: head h's weights
+// follow head h - 1's, one per key its KV head holds. The weights are left to the caller.
+inline void size_trace(const kv_cache& cache, std::size_t layer, std::size_t q_heads, attention_trace& trace) {
+  const std::size_t group = q_heads / cache.kv_heads();
+  trace.offsets.assign(q_heads + 1, 0);
+  for (std::size_t h = 0; h < q_heads; ++h)
+    trace.offsets[h + 1] = trace.offsets[h] + cache.keys(layer, h / group).tokens();
+  trace.probabilities.resize(trace.offsets.back());
+  trace.log_sum_exp.assign(q_heads, 0.0);
+}
+
 } // namespace kvlab
 
 namespace kvlab {
@@ -104,18 +115,15 @@ inline void attend_layer(const kv_cache& cache, std::size_t layer, std::span<con
   if (with_output && out.size() != queries.size())
     throw error("decode_attention: " + std::to_string(out.size()) + " output values for " +
                 std::to_string(queries.size()) + " query values");
+  if (cache.keys_before_rope())
+    throw error("decode_attention: the cache holds keys before RoPE (rope=pre), which attention must rotate by "
+                "each key's position with the model's RoPE; run the recipe under a model (kvlab ppl)");
   const std::size_t group = q_heads / cache.kv_heads();
   for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head)
     if (cache.keys(layer, kv_head).tokens() == 0)
       throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
-  if (trace) {
-    trace->offsets.assign(q_heads + 1, 0);
-    for (std::size_t h = 0; h < q_heads; ++h)
-      trace->offsets[h + 1] = trace->offsets[h] + cache.keys(layer, h / group).tokens();
-    // Every weight is written below (a group's weights are its scores, in place): no fill.
-    trace->probabilities.resize(trace->offsets.back());
-    trace->log_sum_exp.assign(q_heads, 0.0);
-  }
+  // Every weight is written below (a group's weights are its scores, in place): no fill.
+  if (trace) size_trace(cache, layer, q_heads, *trace);
   // One KV head: its whole GQA group, start to finish. KV heads share nothing (each stream
   // has its own scratch), so they run on `threads` threads with identical results.
   const auto attend = [&](std::size_t kv_head, std::vector<float>& scores, std::vector<float>& scaled_queries) {

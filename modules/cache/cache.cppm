@@ -67,7 +67,8 @@ inline double estimated_cache_bytes(const any_recipe& r, std::size_t streams, st
 class kv_cache {
 public:
   kv_cache(const any_recipe& r, std::size_t layers, std::size_t kv_heads, std::size_t head_dim)
-      : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), allocation_(r.allocation), gqa_(r.gqa) {
+      : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), keys_before_rope_(r.keys_before_rope),
+        allocation_(r.allocation), gqa_(r.gqa) {
     check_recipe(r);
     const stream_tiers tiers{.sinks = r.sinks, .residual = r.residual};
     std::optional<demotion> demote;
@@ -93,6 +94,8 @@ public:
   std::size_t layers() const noexcept { return layers_; }
   std::size_t kv_heads() const noexcept { return kv_heads_; }
   std::size_t head_dim() const noexcept { return head_dim_; }
+  // Whether the keys are stored before RoPE (rope=pre): attention must rotate decoded keys.
+  bool keys_before_rope() const noexcept { return keys_before_rope_; }
 
   kv_stream& keys(std::size_t layer, std::size_t kv_head) { return keys_.at(index(layer, kv_head)); }
   kv_stream& values(std::size_t layer, std::size_t kv_head) { return values_.at(index(layer, kv_head)); }
@@ -412,6 +415,7 @@ private:
   }
 
   std::size_t layers_, kv_heads_, head_dim_;
+  bool keys_before_rope_;
   std::vector<kv_stream> keys_, values_;
   std::optional<any_eviction> policy_; // none: the cache keeps every token
   std::optional<bytes_budget> budget_; // budget=: the policy's count comes from bytes

@@ -91,6 +91,7 @@ struct recipe {
   param_precision scale = param_precision::f16; // storage of scales and zeros
   std::size_t sinks = 0;                        // first tokens kept in fp16
   std::size_t residual = 0;                     // most recent tokens kept in fp16
+  bool keys_before_rope = false;                // rope=pre: keys stored before RoPE
   E eviction{};
   A allocation{};
   G gqa{};
@@ -105,6 +106,7 @@ struct recipe {
                       .scale = scale,
                       .sinks = sinks,
                       .residual = residual,
+                      .keys_before_rope = keys_before_rope,
                       .eviction = any_eviction(eviction),
                       .allocation = any_allocation(allocation),
                       .gqa = any_aggregation(gqa),

@@ -48,12 +48,15 @@ struct any_recipe {
   param_precision scale = param_precision::f16; // storage of scales and zeros
   std::size_t sinks = 0;                        // first tokens kept in fp16
   std::size_t residual = 0;                     // most recent tokens kept in fp16
-  any_eviction eviction;                        // none when `budget` names the policy
-  std::optional<byte_budget> budget;            // the policy and its budget in bytes per token
-  any_allocation allocation;                    // budgets over layers and heads
-  any_aggregation gqa;                          // a KV head's score from its query heads
-  std::optional<any_schedule> compress;         // empty: the policy's own schedule
-  std::optional<any_stream> demote;             // evicted tokens move to this tier instead of being dropped
+  // rope=pre: keys are stored before the rotary embedding and rotated after decoding
+  // (KVQuant, arXiv 2401.18079, sec. 3.2); attention then needs the model's RoPE (kvlab.model)
+  bool keys_before_rope = false;
+  any_eviction eviction;                // none when `budget` names the policy
+  std::optional<byte_budget> budget;    // the policy and its budget in bytes per token
+  any_allocation allocation;            // budgets over layers and heads
+  any_aggregation gqa;                  // a KV head's score from its query heads
+  std::optional<any_schedule> compress; // empty: the policy's own schedule
+  std::optional<any_stream> demote;     // evicted tokens move to this tier instead of being dropped
   any_storage storage;
 };
 
@@ -65,7 +68,7 @@ struct recipe_defaults {
 
 // Keys of a recipe string, in canonical order.
 inline constexpr std::string_view recipe_keys =
-    "k, v, scale, sinks, residual, evict, budget, alloc, gqa, compress, demote, store";
+    "k, v, scale, sinks, residual, rope, evict, budget, alloc, gqa, compress, demote, store";
 
 // Whether the recipe evicts: a policy with a token budget, or one named with budget=.
 inline bool evicts(const any_recipe& r) { return r.budget.has_value() || r.eviction.evicts(); }
@@ -76,6 +79,7 @@ inline std::string canonical_name(const any_recipe& r) {
   if (r.scale == param_precision::f32) name += ",scale=f32";
   if (r.sinks != 0) name += ",sinks=" + std::to_string(r.sinks);
   if (r.residual != 0) name += ",residual=" + std::to_string(r.residual);
+  if (r.keys_before_rope) name += ",rope=pre";
   const auto part = [&](std::string_view key, const std::string& value, std::string_view otherwise) {
     if (value != otherwise) name += "," + std::string(key) + "=" + value;
   };
@@ -114,6 +118,9 @@ inline void check_recipe(const any_recipe& r) {
   if (r.demote && !r.keys.quantizer.invertible())
     throw error("recipe '" + canonical_name(r) + "': demote= re-encodes decoded keys, and k=" +
                 r.keys.quantizer.name() + " is a sketch whose decoded keys are too noisy to re-encode");
+  if (r.keys_before_rope && !r.keys.quantizer.invertible())
+    throw error("recipe '" + canonical_name(r) + "': rope=pre rotates decoded keys, and k=" + r.keys.quantizer.name() +
+                " is a sketch whose keys cannot be decoded back");
   if (r.budget && r.eviction.evicts())
     throw error("recipe '" + canonical_name(r) + "': the eviction policy is given twice (evict= and budget=)");
   if (r.budget && !(r.budget->bytes_per_token > 0.0 && r.budget->bytes_per_token <= max_budget_bytes))
@@ -121,7 +128,7 @@ inline void check_recipe(const any_recipe& r) {
                 "] bytes per token, got " + format_number(r.budget->bytes_per_token));
 }
 
-// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,evict=E,budget=B,alloc=A,gqa=G,
+// Parses `k=Q@G,v=Q@G,scale=f16|f32,sinks=S,residual=R,rope=pre|post,evict=E,budget=B,alloc=A,gqa=G,
 // compress=C,demote=Q@G,store=P`. k and v default to f16@token; every part may appear once.
 // With budget=B (bytes per token, see byte_budget), evict= is a policy's bare name. Each part
 // is built by the registry, so every spelling of one component (`int08`, `window(1e2)`)
@@ -174,6 +181,9 @@ inline any_recipe parse_recipe(std::string_view text, const registry& components
       r.sinks = parse_number_in<std::size_t>(value, where, 0, max_tokens);
     } else if (key == "residual") {
       r.residual = parse_number_in<std::size_t>(value, where, 0, max_tokens);
+    } else if (key == "rope") {
+      if (value != "pre" && value != "post") throw error(where + ": rope must be pre or post");
+      r.keys_before_rope = value == "pre";
     } else if (key == "evict") {
       evict_text = value;
     } else if (key == "budget") {

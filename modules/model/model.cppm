@@ -13,6 +13,7 @@ module;
 export module kvlab.model;
 export import :config;
 export import :forward;
+export import :rotary_attention;
 export import :cache_attention;
 export import :llama2c;
 export import :hf;

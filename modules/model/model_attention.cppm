@@ -6,10 +6,13 @@
 // they are done), later tokens are decode steps; a token attends before its own step's
 // compression. Optionally measures kvlab's attention metrics on the model's own queries:
 // the cache's output against exact attention over the exact keys and values of this run.
+// A cache whose recipe says rope=pre is given the keys before RoPE, and attends through
+// rotary_attention, which rotates each decoded key by its position.
 module;
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@ import kvlab.metrics;
 import kvlab.eval;
 import :config;
 import :forward;
+import :rotary_attention;
 
 export namespace kvlab {
 
@@ -48,6 +52,16 @@ public:
       throw error("cache_attention: the cache's shape (" + std::to_string(cache.layers()) + " layers, " +
                   std::to_string(cache.kv_heads()) + " KV heads, head_dim " + std::to_string(cache.head_dim()) +
                   ") is not the model's");
+    if (cache.keys_before_rope()) rope_.emplace(c.head_dim, c.rope_theta, c.rope);
+  }
+
+  void keys_before_rope(std::size_t layer, std::span<const float> k, std::size_t first_position) override {
+    if (!rope_) return;
+    if (first_position != cache_.keys(layer, 0).tokens_seen())
+      throw error("cache_attention: a chunk at position " + std::to_string(first_position) + " after " +
+                  std::to_string(cache_.keys(layer, 0).tokens_seen()) +
+                  " cached tokens; keys kept before RoPE are rotated by the position they were appended at");
+    unrotated_keys_.assign(k.begin(), k.end());
   }
 
   void attend(std::size_t layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
@@ -56,11 +70,15 @@ public:
     const std::size_t kv_width = kv_heads_ * head_dim_, q_width = heads_ * head_dim_, group = heads_ / kv_heads_;
     const kernel_table& kernels = active_kernels();
     cache_.reserve(layer, tokens);
+    // rope=pre: the cache keeps the keys as they were before RoPE.
+    const std::span<const float> stored_keys = rope_ ? std::span<const float>(unrotated_keys_) : k;
+    if (stored_keys.size() != k.size())
+      throw error("cache_attention: layer " + std::to_string(layer) + " got no keys before RoPE for its chunk");
     for (std::size_t t = 0; t < tokens; ++t) {
       const std::size_t position = cache_.keys(layer, 0).tokens_seen();
       const auto start = clock::now();
       for (std::size_t h = 0; h < kv_heads_; ++h)
-        cache_.append(layer, h, k.subspan(t * kv_width + h * head_dim_, head_dim_),
+        cache_.append(layer, h, stored_keys.subspan(t * kv_width + h * head_dim_, head_dim_),
                       v.subspan(t * kv_width + h * head_dim_, head_dim_));
       append_seconds_ += std::chrono::duration<double>(clock::now() - start).count();
       const bool prefill = position < options_.prefill;
@@ -69,8 +87,13 @@ public:
       const bool measure = options_.measure && position >= options_.measure_from;
       const auto queries = q.subspan(t * q_width, q_width);
       const auto output = out.subspan(t * q_width, q_width);
-      decode_attention(cache_, layer, queries, output, kernels, observe || measure ? &trace_ : nullptr,
-                       options_.threads);
+      attention_trace* const trace = observe || measure ? &trace_ : nullptr;
+      if (rope_) {
+        rope_->extend(position + 1);
+        rotary_.attend(cache_, layer, queries, output, *rope_, trace);
+      } else {
+        decode_attention(cache_, layer, queries, output, kernels, trace, options_.threads);
+      }
       if (observe)
         for (std::size_t h = 0; h < kv_heads_; ++h) cache_.observe(layer, h, trace_.group(h, group), group);
       if (options_.measure) record_exact(layer, k.subspan(t * kv_width, kv_width), v.subspan(t * kv_width, kv_width));
@@ -126,6 +149,9 @@ private:
   std::vector<layer_attention_metrics> metrics_;
   std::vector<std::vector<float>> exact_keys_, exact_values_; // per (layer, KV head), when measuring
   attention_trace trace_;
+  std::optional<rotary_table> rope_;  // rope=pre
+  std::vector<float> unrotated_keys_; // the chunk's keys before RoPE (rope=pre)
+  rotary_attention rotary_;
   std::vector<double> exact_out_, exact_p_, approx_p_;
   double append_seconds_ = 0.0;
 };

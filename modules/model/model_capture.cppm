@@ -40,7 +40,7 @@ public:
     out.keys_before_rope = kv_tensor(kv);
   }
 
-  void keys_before_rope(std::size_t layer, std::span<const float> k) override {
+  void keys_before_rope(std::size_t layer, std::span<const float> k, std::size_t /*first_position*/) override {
     file(out_.keys_before_rope, layer, c_.kv_heads, k);
   }
   void attend(std::size_t layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,

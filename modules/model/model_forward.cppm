@@ -31,10 +31,11 @@ class attention_backend {
 public:
   virtual ~attention_backend() = default;
   virtual void attend(std::size_t layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
-                      std::size_t tokens, std::span<float> out) = 0; // The chunk's keys before RoPE rotates them
-                                                                     // (tokens x kv_heads * head_dim), for backends
-  // that record them; called just before `attend` for the same layer.
-  virtual void keys_before_rope(std::size_t /*layer*/, std::span<const float> /*k*/) {}
+                      std::size_t tokens, std::span<float> out) = 0;
+  // The chunk's keys before RoPE rotates them (tokens x kv_heads * head_dim), its first
+  // token at `first_position`, for backends that keep them; called just before `attend` for
+  // the same layer.
+  virtual void keys_before_rope(std::size_t /*layer*/, std::span<const float> /*k*/, std::size_t /*first_position*/) {}
 };
 
 // Where a forward pass spent its time (seconds, summed over calls).
@@ -97,34 +98,76 @@ inline void rms_norm(std::span<const float> x, std::span<const float> weight, st
   }
 }
 
-// Rotates every head of every row in place (RoPE, arXiv 2104.09864, sec. 3.4.2): pair j of
-// a head turns by position * theta^(-2j / head_dim). Angles are computed in double.
-inline void apply_rope(std::span<float> rows, std::size_t heads, std::size_t head_dim, std::size_t first_position,
-                       double theta, rope_pairing pairing) {
-  const std::size_t width = heads * head_dim, half = head_dim / 2;
-  std::vector<double> frequencies(half);
-  for (std::size_t j = 0; j < half; ++j)
+// RoPE (arXiv 2104.09864, sec. 3.4.2): pair j of a head turns by position * theta^(-2j /
+// head_dim), angles computed in double. The pairs are adjacent channels (interleaved) or j
+// and j + head_dim / 2 (half_split).
+inline std::vector<double> rope_frequencies(std::size_t head_dim, double theta) {
+  std::vector<double> frequencies(head_dim / 2);
+  for (std::size_t j = 0; j < frequencies.size(); ++j)
     frequencies[j] = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
-  std::vector<float> cosines(half), sines(half);
-  for (std::size_t row = 0; row < rows.size() / width; ++row) {
-    const auto position = static_cast<double>(first_position + row);
-    for (std::size_t j = 0; j < half; ++j) {
-      const double angle = position * frequencies[j];
-      cosines[j] = static_cast<float>(std::cos(angle));
-      sines[j] = static_cast<float>(std::sin(angle));
-    }
-    for (std::size_t h = 0; h < heads; ++h) {
-      float* x = rows.data() + row * width + h * head_dim;
-      for (std::size_t j = 0; j < half; ++j) {
-        const std::size_t a = pairing == rope_pairing::interleaved ? 2 * j : j;
-        const std::size_t b = pairing == rope_pairing::interleaved ? 2 * j + 1 : j + half;
-        const float x0 = x[a], x1 = x[b];
-        x[a] = x0 * cosines[j] - x1 * sines[j];
-        x[b] = x0 * sines[j] + x1 * cosines[j];
-      }
-    }
+  return frequencies;
+}
+inline void rope_angles(std::span<const double> frequencies, std::size_t position, std::span<float> cosines,
+                        std::span<float> sines) {
+  for (std::size_t j = 0; j < frequencies.size(); ++j) {
+    const double angle = static_cast<double>(position) * frequencies[j];
+    cosines[j] = static_cast<float>(std::cos(angle));
+    sines[j] = static_cast<float>(std::sin(angle));
   }
 }
+inline void rotate_pairs(std::span<float> head, std::span<const float> cosines, std::span<const float> sines,
+                         rope_pairing pairing) {
+  const std::size_t half = cosines.size();
+  for (std::size_t j = 0; j < half; ++j) {
+    const std::size_t a = pairing == rope_pairing::interleaved ? 2 * j : j;
+    const std::size_t b = pairing == rope_pairing::interleaved ? 2 * j + 1 : j + half;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * cosines[j] - x1 * sines[j];
+    head[b] = x0 * sines[j] + x1 * cosines[j];
+  }
+}
+
+// Rotates every head of every row in place, row r at position first_position + r.
+inline void apply_rope(std::span<float> rows, std::size_t heads, std::size_t head_dim, std::size_t first_position,
+                       double theta, rope_pairing pairing) {
+  const std::size_t width = heads * head_dim;
+  const std::vector<double> frequencies = rope_frequencies(head_dim, theta);
+  std::vector<float> cosines(head_dim / 2), sines(head_dim / 2);
+  for (std::size_t row = 0; row < rows.size() / width; ++row) {
+    rope_angles(frequencies, first_position + row, cosines, sines);
+    for (std::size_t h = 0; h < heads; ++h)
+      rotate_pairs(rows.subspan(row * width + h * head_dim, head_dim), cosines, sines, pairing);
+  }
+}
+
+// RoPE's cosines and sines for positions [0, positions()), kept for rotating one head at
+// any of them (keys rotated after decoding, rope=pre): the same rotation as apply_rope.
+class rotary_table {
+public:
+  rotary_table(std::size_t head_dim, double theta, rope_pairing pairing)
+      : frequencies_(rope_frequencies(head_dim, theta)), pairing_(pairing) {}
+  std::size_t positions() const noexcept { return frequencies_.empty() ? 0 : cosines_.size() / frequencies_.size(); }
+  // Makes positions [0, count) available.
+  void extend(std::size_t count) {
+    const std::size_t half = frequencies_.size(), from = positions();
+    if (count <= from) return;
+    cosines_.resize(count * half), sines_.resize(count * half);
+    for (std::size_t position = from; position < count; ++position)
+      rope_angles(frequencies_, position, std::span(cosines_).subspan(position * half, half),
+                  std::span(sines_).subspan(position * half, half));
+  }
+  // Rotates one head at `position` (< positions()).
+  void rotate(std::span<float> head, std::size_t position) const {
+    const std::size_t half = frequencies_.size();
+    rotate_pairs(head, std::span(cosines_).subspan(position * half, half),
+                 std::span(sines_).subspan(position * half, half), pairing_);
+  }
+
+private:
+  std::vector<double> frequencies_;
+  std::vector<float> cosines_, sines_; // positions x head_dim / 2
+  rope_pairing pairing_;
+};
 
 // The whole model over `tokens` at positions [first_position, first_position + n): returns
 // the logits of rows [logits_from, n), (n - logits_from) x vocab. `attention` is called once
@@ -174,7 +217,7 @@ inline std::vector<float> forward(const model_config& c, const model_weights& w,
     product(normed, l.wk, k, n, hidden, kv_width);
     product(normed, l.wv, v, n, hidden, kv_width);
     add_bias(q, l.bq), add_bias(k, l.bk), add_bias(v, l.bv);
-    attention.keys_before_rope(layer, k);
+    attention.keys_before_rope(layer, k, first_position);
     apply_rope(q, c.heads, c.head_dim, first_position, c.rope_theta, c.rope);
     apply_rope(k, c.kv_heads, c.head_dim, first_position, c.rope_theta, c.rope);
     charge(time.other);
