@@ -58,7 +58,8 @@ inline configs::experiment_output run(const registry& components) {
     const auto on_unit = quantize_dequantize(q, shape, param_precision::f16, unit, vectors, head_dim);
     const auto on_gaussian = quantize_dequantize(q, shape, param_precision::f16, gaussian, vectors, head_dim);
     const double unit_error = on_unit.stats.mse * static_cast<double>(head_dim);
-    // Bits of code per element: a code of whole groups (polar) spends all of its bits on codes.
+    // Bits of code per element: a code of whole groups (polar, outliers) holds all of its
+    // bits, its side data (radii, Q's scale, outlier indices and values) included.
     const double code_bits = static_cast<double>(q.row_code_bits(head_dim, shape.channels)) / head_dim;
     const double bound = std::pow(4.0, -code_bits);
     table.rows.push_back({name, format_significant(code_bits, 5),

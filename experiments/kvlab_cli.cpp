@@ -75,7 +75,8 @@ constexpr std::string_view usage = R"(usage:
   kvlab list
       Every registered strategy, baseline recipe and experiment.
 
-RECIPE  k=Q@G,v=Q@G[,scale=f32][,sinks=S][,residual=R][,evict=E][,store=flat|paged(P)]
+RECIPE  k=Q@G,v=Q@G[,scale=f32][,sinks=S][,residual=R][,rope=pre][,evict=E][,budget=B]
+        [,alloc=A][,gqa=G][,compress=C][,demote=Q@G][,store=flat|paged(P)]
         e.g. k=uint2@channel(32),v=uint2@group(32),residual=128
 SPEC    synthetic:gaussian(L=2,H=2,Q=8,T=1024,D=128,seed=1)
 --threads  worker threads, at most the CPUs this process may use (affinity and cgroup

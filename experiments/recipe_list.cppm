@@ -106,7 +106,8 @@ inline std::vector<recipe_line> split_recipe_lines(std::string_view text, std::s
 
 // The recipes of `text` (a file's content, named `file` in errors), parsed with `components`:
 // an unlabelled recipe is labelled by its canonical name. A recipe that does not parse, or
-// that repeats an earlier line's recipe, is reported with its line number.
+// that repeats an earlier line's recipe, or that needs a model (rope=pre), is reported with
+// its line number.
 inline std::vector<configs::named_recipe> parse_recipe_list(std::string_view text, std::string_view file,
                                                             const registry& components) {
   std::vector<configs::named_recipe> recipes;
@@ -116,6 +117,8 @@ inline std::vector<configs::named_recipe> parse_recipe_list(std::string_view tex
     try {
       const any_recipe r = parse_recipe(line.recipe, components);
       const std::string name = canonical_name(r);
+      if (r.keys_before_rope)
+        throw error(name + ": rope=pre needs a model's RoPE, and sweeps run on data; use kvlab ppl");
       if (const auto [at, added] = first_line.try_emplace(name, line.line); !added) {
         problems.emplace_back(line.line,
                               "repeats the recipe of line " + std::to_string(at->second) + " (" + name + ")");

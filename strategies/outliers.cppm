@@ -8,11 +8,14 @@
 // parameters (16 bits each, fp16; 8 bits where Q stores scale bytes), then Q's codes (or
 // Q's own code of the whole group, for quantizers of whole groups such as polar), then the
 // outliers in ascending channel order, each a ceil(log2 G)-bit index and a 16-bit value.
-// Ties in magnitude go to the lower channel. Q may not rotate (write rht(outliers(Q,P)) to
-// pick outliers after the rotation), sketch or hold a residual.
+// Ties in magnitude go to the lower channel. Q's parameters are fp16 whatever the recipe's
+// scale= says, and Q's codes come from its own group encoder where it has one (ggml's
+// formats), under rht(...) and residual(...) too. Q may not rotate (write rht(outliers(Q,P))
+// to pick outliers after the rotation), sketch or hold a residual.
 // Paper: KVQuant, arXiv 2401.18079, sec. 3.4 (per-vector dense-and-sparse quantization).
 module;
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -70,11 +73,16 @@ public:
               std::span<float> group) const noexcept override {
     if (dense_codec_) {
       dense_codec_->decode(record, bit_offset, group);
-    } else {
+    } else { // Q's codes a chunk at a time, one decode call per chunk
       std::size_t at = bit_offset;
       const group_params p = read_params(record, at);
-      for (std::size_t c = 0; c < channels_; ++c, at += dense_.bits())
-        group[c] = dense_.decode(read_bits(record, at, dense_.bits()), p);
+      const unsigned bits = dense_.bits();
+      std::array<std::uint32_t, 256> codes;
+      for (std::size_t first = 0; first < channels_; first += codes.size()) {
+        const std::size_t count = std::min(codes.size(), channels_ - first);
+        for (std::size_t c = 0; c < count; ++c, at += bits) codes[c] = read_bits(record, at, bits);
+        dense_.decode(std::span(codes).first(count), p, group.subspan(first, count));
+      }
     }
     for (std::size_t i = 0, at = bit_offset + dense_bits_; i < kept_; ++i, at += index_bits_ + value_bits) {
       const std::size_t channel = read_bits(record, at, index_bits_);
@@ -113,10 +121,9 @@ private:
 
   void encode_dense(std::span<const float> dense, std::span<std::uint8_t> record, std::size_t at) const {
     if (dense_codec_) return dense_codec_->encode(dense, record, at);
-    const group_params p = stored_params(dense_, dense, param_precision::f16);
+    const group_params p = fp16_params(dense);
     if (dense_.params_per_group() > 0) {
-      const std::uint32_t scale =
-          param_bits_ == 8 ? dense_.scale_code(dense_.fit(dense).scale) : float_to_half_bits(p.scale);
+      const std::uint32_t scale = param_bits_ == 8 ? dense_.scale_code(p.scale) : float_to_half_bits(p.scale);
       write_bits(record, at, param_bits_, scale);
       at += param_bits_;
     }
@@ -129,6 +136,19 @@ private:
     for (const std::uint32_t code : codes) {
       write_bits(record, at, dense_.bits(), code);
       at += dense_.bits();
+    }
+  }
+
+  // Q's stored parameters, in fp16 whatever scale= says: past fp16's range is an error
+  // under this quantizer's name, without stored_params' advice to use scale=f32.
+  group_params fp16_params(std::span<const float> dense) const {
+    try {
+      return stored_params(dense_, dense, param_precision::f16);
+    } catch (const error& e) {
+      std::string message = e.what();
+      if (const auto advice = message.find("; use scale=f32"); advice != std::string::npos)
+        message = message.substr(0, advice) + " (outliers(Q,P) stores Q's parameters in fp16); scale the data down";
+      throw error(name_ + ": " + message);
     }
   }
 

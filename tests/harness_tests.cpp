@@ -45,14 +45,18 @@ BOOST_AUTO_TEST_CASE(a_recipes_file_has_labels_comments_and_the_given_order) {
 BOOST_AUTO_TEST_CASE(every_bad_line_of_a_recipes_file_is_reported_with_its_number) {
   const std::string message = error_of([] {
     kvlab::parse_recipe_list("a = k=int4@group(32)\nb = k=int9@token\n# fine\nc = k=int4@token,evict=foo(3)\nd =\n"
-                             "e = k=int4@group(32),v=f16@token\n",
+                             "e = k=int4@group(32),v=f16@token\nf = k=int4@token,rope=pre\n",
                              "r.txt", kvlab::builtin_registry());
   });
-  BOOST_TEST(message.find("4 bad lines in r.txt; nothing was run") != std::string::npos, message);
+  BOOST_TEST(message.find("5 bad lines in r.txt; nothing was run") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:2: recipe part 'k=int9@token'") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:4: recipe part 'evict=foo(3)'") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:5: label 'd' has no recipe") != std::string::npos, message);
   BOOST_TEST(message.find("r.txt:6: repeats the recipe of line 1") != std::string::npos, message);
+  // Sweeps run on data, which has no RoPE to rotate keys kept before it by.
+  BOOST_TEST(message.find("r.txt:7: k=int4@token,v=f16@token,rope=pre: rope=pre needs a model's RoPE") !=
+                 std::string::npos,
+             message);
   BOOST_TEST(message.find("r.txt:2") < message.find("r.txt:4")); // in line order
   BOOST_TEST(error_of([] { kvlab::parse_recipe_list("# nothing\n", "r.txt", kvlab::builtin_registry()); }) ==
              "r.txt holds no recipe");

@@ -136,7 +136,7 @@ BOOST_AUTO_TEST_CASE(keys_before_rope_need_the_model_and_their_positions) {
   // Data without a model has no RoPE to apply.
   const auto data = kvlab::load_data("synthetic:gaussian(L=1,H=2,Q=4,T=64,D=16,seed=3)");
   BOOST_CHECK_EXCEPTION(kvlab::evaluate(recipe, data), kvlab::error, [](const kvlab::error& e) {
-    return kvlab_test::contains(e.what(), "holds keys before RoPE (rope=pre)");
+    return kvlab_test::contains(e.what(), "keeps keys before RoPE (rope=pre)");
   });
   // A chunk whose first position is not the number of cached tokens.
   const kvlab::model_weights w = kvlab::random_weights(tiny_gqa, 9);

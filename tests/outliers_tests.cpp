@@ -17,6 +17,7 @@ import kvlab;
 
 #include "estimator_test_helpers.hpp"
 #include "recipe_test_helpers.hpp"
+#include "test_files.hpp"
 
 namespace {
 
@@ -156,6 +157,16 @@ BOOST_AUTO_TEST_CASE(what_cannot_be_coded_is_refused_with_a_message) {
   nan[5] = NAN;
   BOOST_CHECK_EXCEPTION(codec->encode(huge, code, 0), kvlab::error, [](const kvlab::error& e) {
     return std::string(e.what()).find("outlier 70000 is beyond the fp16 range") != std::string::npos;
+  });
+  // Q's scale past fp16 while every outlier fits: named under outliers, without scale=f32.
+  std::vector<float> wide(64, 0.0f);
+  for (std::size_t c = 0; c < 64; ++c) wide[c] = c % 2 == 0 ? 60000.0f : -60000.0f;
+  const auto uint1 = kvlab::parts::outliers(kvlab::builtin_registry().make_quantizer("uint1"), 1.0).group_codec(64);
+  std::vector<std::uint8_t> small_code((uint1->code_bits() + 7) / 8);
+  BOOST_CHECK_EXCEPTION(uint1->encode(wide, small_code, 0), kvlab::error, [](const kvlab::error& e) {
+    const std::string message = e.what();
+    return message.starts_with("outliers(uint1,1): ") && kvlab_test::contains(message, "beyond the fp16 range") &&
+           !kvlab_test::contains(message, "scale=f32");
   });
   BOOST_CHECK_EXCEPTION(codec->encode(nan, code, 0), kvlab::error, [](const kvlab::error& e) {
     return std::string(e.what()).find("is not finite") != std::string::npos;

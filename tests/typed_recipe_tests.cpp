@@ -87,6 +87,7 @@ BOOST_AUTO_TEST_CASE(every_slot_composes_and_round_trips_its_canonical_name) {
                                                .scale = kvlab::param_precision::f32,
                                                .sinks = 4,
                                                .residual = 16,
+                                               .keys_before_rope = true,
                                                .eviction = snapkv{0.25, 16, 5},
                                                .allocation = adakv{0.5},
                                                .gqa = gqa_max{},
@@ -94,13 +95,15 @@ BOOST_AUTO_TEST_CASE(every_slot_composes_and_round_trips_its_canonical_name) {
                                                .demote = stream{uint_q{2}, group{16}},
                                                .storage = paged{16}};
   const std::string name = kvlab::canonical_name(full);
-  BOOST_TEST(name == "k=rht(lloyd3)@token,v=fp8_e4m3@group(32),scale=f32,sinks=4,residual=16,"
+  BOOST_TEST(name == "k=rht(lloyd3)@token,v=fp8_e4m3@group(32),scale=f32,sinks=4,residual=16,rope=pre,"
                      "evict=snapkv(0.25,16,5),alloc=adakv(0.5),gqa=max,compress=every(8),"
                      "demote=uint2@group(16),store=paged(16)");
   BOOST_TEST(kvlab::canonical_name(kvlab::parse_recipe(name, kvlab::builtin_registry())) == name);
   // Defaults are omitted, as in parsed recipes.
   const kvlab::any_recipe plain = kvlab::recipe{.keys = stream{int_q{8}, token{}}};
   BOOST_TEST(kvlab::canonical_name(plain) == "k=int8@token,v=f16@token");
+  const kvlab::any_recipe dense_and_sparse = kvlab::recipe{.values = stream{outliers{uint_q{3}, 1.0}, group{32}}};
+  BOOST_TEST(kvlab::canonical_name(dense_and_sparse) == "k=f16@token,v=outliers(uint3,1)@group(32)");
   const kvlab::any_recipe pyramid_h2o =
       kvlab::recipe{.eviction = h2o{64, 0.125}, .allocation = pyramid{}, .compress = prefill{}};
   BOOST_TEST(kvlab::canonical_name(pyramid_h2o) ==

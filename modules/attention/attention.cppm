@@ -88,6 +88,22 @@ struct attention_trace {
   }
 };
 
+// Decode attention's preconditions: the queries are whole heads, a multiple of the KV
+// heads; `outputs` values for them; every KV head of `layer` holds a token.
+inline void check_attention_shapes(const kv_cache& cache, std::size_t layer, std::span<const float> queries,
+                                   std::size_t outputs) {
+  const std::size_t head_dim = cache.head_dim(), q_heads = queries.size() / head_dim;
+  if (q_heads == 0 || q_heads % cache.kv_heads() != 0 || queries.size() % head_dim != 0)
+    throw error("decode_attention: " + std::to_string(queries.size()) + " query values do not form a multiple of " +
+                std::to_string(cache.kv_heads()) + " heads of " + std::to_string(head_dim));
+  if (outputs != queries.size())
+    throw error("decode_attention: " + std::to_string(outputs) + " output values for " +
+                std::to_string(queries.size()) + " query values");
+  for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head)
+    if (cache.keys(layer, kv_head).tokens() == 0)
+      throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
+}
+
 // Sizes `trace` for one layer of `cache` read by `q_heads` query heads: head h's weights
 // follow head h - 1's, one per key its KV head holds. The weights are left to the caller.
 inline void size_trace(const kv_cache& cache, std::size_t layer, std::size_t q_heads, attention_trace& trace) {
@@ -109,19 +125,11 @@ inline void attend_layer(const kv_cache& cache, std::size_t layer, std::span<con
                          bool with_output, const kernel_table& kernels, attention_trace* trace, unsigned threads) {
   const std::size_t head_dim = cache.head_dim();
   const std::size_t q_heads = queries.size() / head_dim;
-  if (q_heads == 0 || q_heads % cache.kv_heads() != 0 || queries.size() % head_dim != 0)
-    throw error("decode_attention: " + std::to_string(queries.size()) + " query values do not form a multiple of " +
-                std::to_string(cache.kv_heads()) + " heads of " + std::to_string(head_dim));
-  if (with_output && out.size() != queries.size())
-    throw error("decode_attention: " + std::to_string(out.size()) + " output values for " +
-                std::to_string(queries.size()) + " query values");
+  check_attention_shapes(cache, layer, queries, with_output ? out.size() : queries.size());
   if (cache.keys_before_rope())
     throw error("decode_attention: the cache holds keys before RoPE (rope=pre), which attention must rotate by "
                 "each key's position with the model's RoPE; run the recipe under a model (kvlab ppl)");
   const std::size_t group = q_heads / cache.kv_heads();
-  for (std::size_t kv_head = 0; kv_head < cache.kv_heads(); ++kv_head)
-    if (cache.keys(layer, kv_head).tokens() == 0)
-      throw error("decode_attention: layer " + std::to_string(layer) + " holds no tokens");
   // Every weight is written below (a group's weights are its scores, in place): no fill.
   if (trace) size_trace(cache, layer, q_heads, *trace);
   // One KV head: its whole GQA group, start to finish. KV heads share nothing (each stream

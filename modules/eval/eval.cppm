@@ -262,6 +262,10 @@ inline eval_result evaluate(const any_recipe& r, const kv_data& data, const eval
   const std::vector<any_metric> metrics = options.metrics.empty() ? builtin_registry().every_metric() : options.metrics;
 
   kv_cache cache(r, data.layers(), data.kv_heads(), head_dim); // checks the recipe fits; holds nothing yet
+  if (cache.keys_before_rope())
+    throw error("evaluate: " + canonical_name(r) +
+                " keeps keys before RoPE (rope=pre), and data carries no RoPE to rotate them by; run it under a "
+                "model (kvlab ppl)");
   require_memory(estimated_cache_bytes(r, data.layers() * data.kv_heads(), tokens, head_dim),
                  "the cache of " + canonical_name(r) + " over " + data.source, "use fewer tokens, layers or heads");
   step_scratch scratch;

@@ -34,7 +34,7 @@ struct cache_attention_options {
   std::size_t measure_from = 0; // tokens at or after this one get attention metrics
   bool measure = false;         // attention metrics on the model's own queries
   std::size_t top_k = 32;       // for topk_recall
-  unsigned threads = 1;         // KV heads in parallel (results identical for any count)
+  unsigned threads = 1;         // KV heads in parallel (results identical for any count; one under rope=pre)
 };
 
 // Per layer, over query heads x measured tokens.
@@ -62,6 +62,7 @@ public:
                   std::to_string(cache_.keys(layer, 0).tokens_seen()) +
                   " cached tokens; keys kept before RoPE are rotated by the position they were appended at");
     unrotated_keys_.assign(k.begin(), k.end());
+    unrotated_layer_ = layer;
   }
 
   void attend(std::size_t layer, std::span<const float> q, std::span<const float> k, std::span<const float> v,
@@ -72,7 +73,7 @@ public:
     cache_.reserve(layer, tokens);
     // rope=pre: the cache keeps the keys as they were before RoPE.
     const std::span<const float> stored_keys = rope_ ? std::span<const float>(unrotated_keys_) : k;
-    if (stored_keys.size() != k.size())
+    if (rope_ && (unrotated_layer_ != layer || stored_keys.size() != k.size()))
       throw error("cache_attention: layer " + std::to_string(layer) + " got no keys before RoPE for its chunk");
     for (std::size_t t = 0; t < tokens; ++t) {
       const std::size_t position = cache_.keys(layer, 0).tokens_seen();
@@ -150,7 +151,8 @@ private:
   std::vector<std::vector<float>> exact_keys_, exact_values_; // per (layer, KV head), when measuring
   attention_trace trace_;
   std::optional<rotary_table> rope_;  // rope=pre
-  std::vector<float> unrotated_keys_; // the chunk's keys before RoPE (rope=pre)
+  std::vector<float> unrotated_keys_; // the chunk's keys before RoPE (rope=pre), of layer unrotated_layer_
+  std::size_t unrotated_layer_ = 0;
   rotary_attention rotary_;
   std::vector<double> exact_out_, exact_p_, approx_p_;
   double append_seconds_ = 0.0;

@@ -27,6 +27,7 @@ class rotary_attention {
 public:
   void attend(const kv_cache& cache, std::size_t layer, std::span<const float> queries, std::span<float> out,
               const rotary_table& rope, attention_trace* trace) {
+    check_attention_shapes(cache, layer, queries, out.size());
     const std::size_t head_dim = cache.head_dim(), q_heads = queries.size() / head_dim;
     const std::size_t group = q_heads / cache.kv_heads();
     if (trace) size_trace(cache, layer, q_heads, *trace);
